@@ -1,0 +1,40 @@
+# One entry point for every job: `make demo` and `make test` set themselves up on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv test check fmt lint types serve demo test-vllm clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+test: venv
+	$(BIN)/pytest -m "not vllm"
+
+check: venv
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/pytest -m "not vllm" --cov --cov-report=term:skip-covered
+
+fmt: venv
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+serve: venv
+	$(BIN)/toolsentry serve
+
+demo: venv
+	$(BIN)/python -m proxy.demo
+
+test-vllm: venv
+	$(BIN)/pytest -m vllm tests/live
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""evalkit: replays agent scenarios through toolsentry and measures the damage a flat score hides."""
