@@ -31,7 +31,7 @@ serve: venv
 	$(BIN)/toolsentry serve
 
 demo: venv
-	$(BIN)/python -m proxy.demo
+	$(BIN)/python examples/repair_story.py
 
 test-vllm: venv
 	$(BIN)/pytest -m vllm tests/live

@@ -1,0 +1,331 @@
+"""The app factory and its routes. Routes only parse, call a service, and return what it gives."""
+
+from __future__ import annotations
+
+import hmac
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, Response
+
+from proxy import __version__
+from proxy.config import Settings
+from proxy.errors import (
+    AuthenticationError,
+    BadRequestError,
+    NotFoundError,
+    PayloadTooLargeError,
+    ToolsentryError,
+    error_body,
+    status_of,
+)
+from proxy.logs import get_logger
+from proxy.metrics import CONTENT_TYPE, Metrics, UnknownToolStats
+from proxy.service import ChatResult, ChatService
+from proxy.session.stores import SessionStore, open_store
+from proxy.upstream import AiohttpUpstream, Router, Upstream, forwardable_headers
+
+_JSON = "application/json"
+_CHAT_BODY_SCHEMA = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            _JSON: {
+                "schema": {
+                    "type": "object",
+                    "required": ["messages"],
+                    "properties": {
+                        "model": {"type": "string"},
+                        "messages": {"type": "array", "items": {"type": "object"}},
+                        "tools": {"type": "array", "items": {"type": "object"}},
+                        "tool_choice": {},
+                        "stream": {"type": "boolean"},
+                    },
+                    "additionalProperties": True,
+                }
+            }
+        },
+    }
+}
+
+
+class JSONBytes(Response):
+    media_type = _JSON
+
+
+def _error_response(exc: ToolsentryError) -> Response:
+    return Response(
+        orjson.dumps(exc.body()), status_code=status_of(exc), headers=exc.headers, media_type=_JSON
+    )
+
+
+def create_app(
+    settings: Settings,
+    *,
+    store: SessionStore | None = None,
+    upstreams: list[Upstream] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> FastAPI:
+    """Build the proxy app from settings. `store` and `upstreams` may be injected (tests, benchmarks).
+
+    Raises ConfigError when no upstream is configured or the store URL is invalid.
+    """
+    from proxy.errors import ConfigError
+
+    if upstreams is None:
+        if not settings.upstreams:
+            raise ConfigError(
+                "no upstream configured: give --upstream URL, TOOLSENTRY_UPSTREAMS or a config file"
+            )
+        env = dict(environ if environ is not None else os.environ)
+        upstreams = [
+            AiohttpUpstream(u, api_key=settings.upstream_api_key(u, env), retries=settings.retries)
+            for u in settings.upstreams
+        ]
+    configs = settings.upstreams or []
+    if len(configs) != len(upstreams):
+        from proxy.config import UpstreamConfig
+
+        configs = [UpstreamConfig(name=u.name, base_url="http://injected") for u in upstreams]
+    router = Router(upstreams, configs)
+    session_store = store or open_store(settings.store, ttl_seconds=settings.session_ttl_seconds)
+    metrics = Metrics()
+    unknown = UnknownToolStats()
+    service = ChatService(settings, router, session_store, metrics, unknown)
+    log = get_logger()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await router.close()
+        await session_store.close()
+
+    app = FastAPI(
+        title="toolsentry",
+        version=__version__,
+        description="OpenAI-compatible proxy that validates, repairs and budgets every tool call.",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    app.state.service = service
+    app.state.metrics = metrics
+    app.state.store = session_store
+
+    client_keys = [k.get_secret_value().encode() for k in settings.api_keys]
+    admin_key = settings.admin_key.get_secret_value().encode() if settings.admin_key else None
+
+    def bearer(request: Request) -> bytes | None:
+        value = request.headers.get("authorization", "")
+        if value[:7].lower() == "bearer ":
+            return value[7:].strip().encode()
+        return None
+
+    def require_client(request: Request) -> None:
+        if not client_keys:
+            return
+        given = bearer(request)
+        # Compare against every key, always, so timing does not reveal which key nearly matched.
+        ok = False
+        for key in client_keys:
+            ok |= given is not None and hmac.compare_digest(given, key)
+        if not ok:
+            raise AuthenticationError("invalid or missing API key", code="invalid_api_key")
+
+    def require_admin(request: Request) -> None:
+        if admin_key is None and not client_keys:
+            return
+        given = bearer(request) or request.headers.get("x-admin-key", "").encode() or None
+        if admin_key is None or given is None or not hmac.compare_digest(given, admin_key):
+            raise AuthenticationError("this endpoint needs the admin key", code="invalid_admin_key")
+
+    async def read_json(request: Request) -> dict[str, Any]:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > settings.max_body_bytes:
+            raise PayloadTooLargeError(
+                f"request body is {length} bytes; the limit is {settings.max_body_bytes}"
+            )
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > settings.max_body_bytes:
+                raise PayloadTooLargeError(
+                    f"request body exceeds the limit of {settings.max_body_bytes} bytes"
+                )
+            chunks.append(chunk)
+        try:
+            body = orjson.loads(b"".join(chunks))
+        except orjson.JSONDecodeError as exc:
+            raise BadRequestError(f"request body is not valid JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise BadRequestError("request body must be a JSON object")
+        return body
+
+    @app.exception_handler(ToolsentryError)
+    async def on_toolsentry_error(request: Request, exc: ToolsentryError) -> Response:
+        return _error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation_error(request: Request, exc: RequestValidationError) -> Response:
+        return _error_response(BadRequestError(str(exc.errors()[:3])))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return JSONResponse(error_body(str(exc.detail), kind), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        # Never a traceback to the client; the log has it.
+        log.error("unhandled_error", path=request.url.path, error=repr(exc), exc_info=exc)
+        return JSONResponse(
+            error_body("internal error in toolsentry; see the proxy's log", "internal_error"),
+            status_code=500,
+        )
+
+    @app.post("/v1/chat/completions", openapi_extra=_CHAT_BODY_SCHEMA)
+    async def chat_completions(request: Request) -> Response:
+        require_client(request)
+        body = await read_json(request)
+        started = time.perf_counter()
+        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        try:
+            result = await service.handle(body, request.headers)
+        except ToolsentryError as exc:
+            log.info(
+                "chat_completion",
+                request_id=request_id,
+                model=body.get("model"),
+                status=status_of(exc),
+                error=exc.error_type,
+                latency_ms=round((time.perf_counter() - started) * 1000, 3),
+            )
+            raise
+        if isinstance(result, ChatResult):
+            log.info(
+                "chat_completion",
+                request_id=request_id,
+                model=body.get("model"),
+                session=result.headers.get("x-toolsentry-session"),
+                status=result.status,
+                channels=result.headers.get("x-toolsentry-violations") or None,
+                errors=result.headers.get("x-toolsentry-errors"),
+                latency_ms=round((time.perf_counter() - started) * 1000, 3),
+                **({"body": body} if settings.log_bodies else {}),
+            )
+            return Response(
+                result.content(), status_code=result.status, headers=result.headers, media_type=_JSON
+            )
+        return result
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        require_client(request)
+        merged: dict[str, Any] = {}
+        for upstream in router.upstreams:
+            try:
+                response = await upstream.request("GET", "models", body=None, headers={})
+                listing = response.json() if response.status == 200 else {}
+            except ToolsentryError:
+                continue
+            for entry in listing.get("data", []) if isinstance(listing, dict) else []:
+                if isinstance(entry, dict) and "id" in entry:
+                    merged.setdefault(entry["id"], entry)
+        for config in settings.upstreams:
+            for name in config.models:
+                merged.setdefault(
+                    name, {"id": name, "object": "model", "created": 0, "owned_by": config.name}
+                )
+        return JSONBytes(orjson.dumps({"object": "list", "data": list(merged.values())}))
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return JSONBytes(b'{"status":"ok"}')
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        for upstream in router.upstreams:
+            try:
+                response = await upstream.request("GET", "models", body=None, headers={})
+            except ToolsentryError:
+                continue
+            if response.status < 500:
+                return JSONBytes(orjson.dumps({"status": "ready", "upstream": upstream.name}))
+        return JSONResponse(
+            error_body("no upstream answers", "upstream_unavailable"), status_code=503
+        )
+
+    @app.get("/metrics")
+    async def metrics_endpoint() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/v1/sessions")
+    async def list_sessions(request: Request, order: str = "recent", limit: int = 50) -> Response:
+        require_admin(request)
+        if order not in ("recent", "failing"):
+            raise BadRequestError("order must be 'recent' or 'failing'", param="order")
+        records = await session_store.list(order=order, limit=max(1, min(limit, 1000)))  # type: ignore[arg-type]
+        return JSONBytes(orjson.dumps({"object": "list", "data": [r.to_dict() for r in records]}))
+
+    @app.get("/v1/sessions/{session_id}")
+    async def get_session(request: Request, session_id: str) -> Response:
+        require_admin(request)
+        record = await session_store.get(session_id)
+        if record is None:
+            raise NotFoundError(f"no session '{session_id}'", param="session_id")
+        return JSONBytes(orjson.dumps(record.to_dict()))
+
+    @app.delete("/v1/sessions/{session_id}")
+    async def delete_session(request: Request, session_id: str) -> Response:
+        require_admin(request)
+        if not await session_store.delete(session_id):
+            raise NotFoundError(f"no session '{session_id}'", param="session_id")
+        return JSONBytes(orjson.dumps({"id": session_id, "deleted": True}))
+
+    @app.get("/v1/stats/unknown-tools")
+    async def unknown_tool_stats(request: Request, limit: int = 20) -> Response:
+        require_admin(request)
+        return JSONBytes(orjson.dumps(unknown.top(max(1, min(limit, 1000)))))
+
+    @app.api_route(
+        "/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False
+    )
+    async def passthrough(request: Request, path: str) -> Response:
+        """Other endpoints (/v1/completions, /v1/embeddings, /tokenize, …) go to the upstream raw."""
+        require_client(request)
+        raw = await request.body()
+        if len(raw) > settings.max_body_bytes:
+            raise PayloadTooLargeError(f"request body exceeds {settings.max_body_bytes} bytes")
+        upstream = router.default
+        if raw:
+            try:
+                parsed = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                parsed = None
+            if isinstance(parsed, dict) and "model" in parsed:
+                upstream = router.pick(parsed["model"])
+        target = path[3:] if path.startswith("v1/") else f"/{path}"
+        response = await upstream.request(
+            request.method,
+            target,
+            body=raw or None,
+            headers=forwardable_headers(request.headers),
+        )
+        return Response(
+            response.body,
+            status_code=response.status,
+            headers=forwardable_headers(response.headers),
+        )
+
+    return app
+

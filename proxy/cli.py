@@ -1,0 +1,226 @@
+"""`toolsentry` command line: `serve` runs the proxy, `check-config` validates a configuration.
+
+This is the edge where the environment is read: flags and `TOOLSENTRY_*` variables become one
+`Settings`, handed to the app factory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+import typer
+import uvicorn
+from rich.console import Console
+
+from proxy import __version__
+from proxy.config import Settings, load_settings
+from proxy.errors import ConfigError
+from proxy.guard.repair import RepairMode
+from proxy.logs import configure_logging
+
+app = typer.Typer(
+    name="toolsentry",
+    help=(
+        "An OpenAI-compatible proxy that checks every tool call against the request's tools, "
+        "repairs failures by re-asking the model, and counts what is left against a per-session "
+        "error budget. Point any agent framework's base_url at it."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+_err = Console(stderr=True)
+
+# The environment variable uvicorn's worker processes read their resolved settings from.
+RESOLVED_SETTINGS_ENV = "TOOLSENTRY_RESOLVED_SETTINGS"
+
+
+def _upstreams_from_urls(urls: list[str]) -> list[dict[str, Any]]:
+    out = []
+    for i, url in enumerate(urls):
+        host = urlsplit(url).netloc or f"upstream{i}"
+        out.append({"name": host if len(urls) == 1 else f"{host}#{i}", "base_url": url})
+    return out
+
+
+def _fail(message: str) -> typer.Exit:
+    _err.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code=2)
+
+
+@app.command()
+def serve(
+    upstream: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--upstream",
+            "-u",
+            help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8001/v1. "
+            "Repeat for several; it serves every model (use --config to route by model).",
+            envvar="TOOLSENTRY_UPSTREAM",
+            show_envvar=True,
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="YAML file with any setting (upstreams with names, models, keys, timeouts).",
+            envvar="TOOLSENTRY_CONFIG",
+            show_envvar=True,
+        ),
+    ] = None,
+    host: Annotated[
+        str | None,
+        typer.Option(help="Address to listen on [default: 127.0.0.1].", envvar="TOOLSENTRY_HOST", show_envvar=True),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(help="Port to listen on [default: 8000].", envvar="TOOLSENTRY_PORT", show_envvar=True),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Worker processes [default: 1]. More than one needs a shared store (sqlite or redis).",
+            envvar="TOOLSENTRY_WORKERS",
+            show_envvar=True,
+        ),
+    ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            help="Where session counts live: memory, sqlite:///path/to.db (survives restarts), "
+            "redis://host:port/db (several replicas) [default: memory].",
+            envvar="TOOLSENTRY_STORE",
+            show_envvar=True,
+        ),
+    ] = None,
+    max_errors: Annotated[
+        int | None,
+        typer.Option(
+            help="Error budget per session: tool failures an agent may experience before the "
+            "exhaustion policy applies [default: 10, as τ²-bench].",
+            envvar="TOOLSENTRY_MAX_ERRORS",
+            show_envvar=True,
+        ),
+    ] = None,
+    repair: Annotated[
+        RepairMode | None,
+        typer.Option(
+            help="reask: re-ask the model when a tool call fails validation; off: pass failures "
+            "through and count them [default: reask].",
+            envvar="TOOLSENTRY_REPAIR",
+            show_envvar=True,
+            case_sensitive=False,
+        ),
+    ] = None,
+    log_level: Annotated[
+        str | None,
+        typer.Option(
+            help="debug, info, warning or error [default: info].",
+            envvar="TOOLSENTRY_LOG_LEVEL",
+            show_envvar=True,
+        ),
+    ] = None,
+) -> None:
+    """Run the proxy. Every option can also be set in the environment or in the --config file."""
+    try:
+        settings = load_settings(
+            config,
+            upstreams=_upstreams_from_urls(upstream) if upstream else None,
+            host=host,
+            port=port,
+            workers=workers,
+            store=store,
+            max_errors=max_errors,
+            repair=repair,
+            log_level=log_level,
+        )
+        check_runnable(settings)
+    except ConfigError as exc:
+        raise _fail(exc.message) from None
+    configure_logging(settings.log_level)
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": "warning" if settings.log_level == "info" else settings.log_level,
+        "access_log": False,
+        "loop": "uvloop",
+        "http": "httptools",
+        "timeout_graceful_shutdown": 10,
+    }
+    if settings.workers > 1:
+        os.environ[RESOLVED_SETTINGS_ENV] = settings.to_json_with_secrets()
+        uvicorn.run("proxy.cli:app_from_environment", factory=True, workers=settings.workers, **options)
+        return
+    from proxy.app import create_app
+
+    try:
+        application = create_app(settings)
+    except ConfigError as exc:
+        raise _fail(exc.message) from None
+    _err.print(
+        f"toolsentry {__version__} on http://{settings.host}:{settings.port}/v1 → "
+        + ", ".join(u.base_url for u in settings.upstreams)
+    )
+    uvicorn.run(application, **options)
+
+
+@app.command("check-config")
+def check_config(
+    file: Annotated[Path, typer.Argument(help="The YAML configuration file to validate.")],
+) -> None:
+    """Validate a configuration file and print the resolved settings (secrets masked) as JSON."""
+    try:
+        settings = load_settings(file)
+        check_runnable(settings)
+    except ConfigError as exc:
+        raise _fail(exc.message) from None
+    sys.stdout.write(json.dumps(settings.redacted(), indent=2, ensure_ascii=False) + "\n")
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    sys.stdout.write(f"toolsentry {__version__}\n")
+
+
+def check_runnable(settings: Settings) -> None:
+    """Refuse settings that cannot work, saying why. Raises ConfigError."""
+    if not settings.upstreams:
+        raise ConfigError(
+            "no upstream configured: give --upstream URL, set TOOLSENTRY_UPSTREAM, or list "
+            "upstreams in a --config file"
+        )
+    if settings.workers > 1 and settings.store == "memory":
+        raise ConfigError(
+            "--workers > 1 needs a shared session store: each worker would keep its own memory "
+            "store and budgets would not add up. Use --store sqlite:///path.db or redis://…"
+        )
+
+
+def app_from_environment() -> Any:
+    """uvicorn's factory for worker processes: the settings the parent resolved."""
+    from proxy.app import create_app
+
+    raw = os.environ.get(RESOLVED_SETTINGS_ENV)
+    if raw is None:
+        raise ConfigError(f"{RESOLVED_SETTINGS_ENV} is not set")
+    settings = Settings.model_validate_json(raw)
+    configure_logging(settings.log_level)
+    return create_app(settings)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

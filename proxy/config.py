@@ -1,0 +1,184 @@
+"""The proxy's settings: one typed object, built at the edge (cli.py) and handed to the app factory.
+
+Precedence, highest first: explicit overrides (command-line flags), `TOOLSENTRY_*` environment
+variables, the YAML file given with `--config`, defaults. Nested values come from the environment
+as JSON (`TOOLSENTRY_UPSTREAMS='[{"name": "vllm", "base_url": "http://127.0.0.1:8001/v1"}]'`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from proxy.errors import ConfigError
+from proxy.guard.repair import OnUnrepaired, RepairMode
+from proxy.session.budget import ExhaustionPolicy
+
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+class UpstreamConfig(BaseModel):
+    """One OpenAI-compatible server the proxy forwards to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="A short name used in logs and error messages.")
+    base_url: str = Field(description="The server's OpenAI base URL, e.g. http://127.0.0.1:8001/v1.")
+    api_key_env: str | None = Field(
+        default=None, description="Environment variable holding the upstream's API key."
+    )
+    models: list[str] = Field(
+        default_factory=list,
+        description="Models this upstream serves; empty means any model not claimed by another.",
+    )
+    timeout: float = Field(default=600.0, gt=0, description="Seconds to wait for a response.")
+    connect_timeout: float = Field(default=10.0, gt=0)
+    max_connections: int = Field(default=256, ge=1, description="Pooled keep-alive connections.")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {value!r}")
+        return value.rstrip("/")
+
+
+class Settings(BaseSettings):
+    """Everything the proxy can be told. Field descriptions are what `--help` and docs show."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TOOLSENTRY_", extra="forbid", validate_default=True
+    )
+
+    upstreams: list[UpstreamConfig] = Field(default_factory=list)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    workers: int = Field(default=1, ge=1)
+
+    store: str = Field(default="memory", description="memory | sqlite:///path | redis://host:port/db")
+    session_ttl_seconds: int = Field(default=86_400, ge=1)
+    session_header: str = "x-session-id"
+
+    max_errors: int = Field(default=10, ge=1, description="Errors a session may experience.")
+    exhaustion_policy: ExhaustionPolicy = ExhaustionPolicy.REJECT
+    tool_error_prefix: str = Field(
+        default="Error", description="A role:tool message starting with this reports a tool error."
+    )
+
+    repair: RepairMode = RepairMode.REASK
+    max_reasks: int = Field(default=2, ge=0, le=10)
+    on_unrepaired: OnUnrepaired = OnUnrepaired.PASSTHROUGH
+    local_fixes: bool = Field(
+        default=False, description="Fix near-miss tool names and fenced arguments without a model call."
+    )
+    allow_overrides: bool = Field(
+        default=True,
+        description="Honour x-toolsentry-max-errors (lower only) and x-toolsentry-repair per request.",
+    )
+
+    retries: int = Field(default=2, ge=0, le=10, description="Retries before the first byte.")
+
+    api_keys: list[SecretStr] = Field(default_factory=list)
+    admin_key: SecretStr | None = None
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    max_tools: int = Field(default=512, ge=1)
+    max_schema_bytes: int = Field(default=256 * 1024, ge=1024)
+
+    log_level: LogLevel = "info"
+    log_bodies: bool = False
+
+    _yaml_file: ClassVar[Path | None] = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if cls._yaml_file is not None:
+            sources.append(_YamlSource(settings_cls, cls._yaml_file))
+        return tuple(sources)
+
+    def upstream_api_key(self, upstream: UpstreamConfig, environ: dict[str, str]) -> str | None:
+        """The upstream's API key, read from the environment mapping the edge passes in."""
+        if upstream.api_key_env is None:
+            return None
+        return environ.get(upstream.api_key_env)
+
+    def to_json_with_secrets(self) -> str:
+        """The settings as JSON, secrets included: only for handing to this proxy's own workers."""
+        data = self.model_dump(mode="json")
+        data["api_keys"] = [k.get_secret_value() for k in self.api_keys]
+        data["admin_key"] = self.admin_key.get_secret_value() if self.admin_key else None
+        return json.dumps(data)
+
+    def redacted(self) -> dict[str, Any]:
+        """The resolved settings as JSON-ready data, with every secret masked."""
+        data = self.model_dump(mode="json")
+        data["api_keys"] = ["**********" for _ in self.api_keys]
+        data["admin_key"] = "**********" if self.admin_key is not None else None
+        return data
+
+
+class _YamlSource(PydanticBaseSettingsSource):
+    """Reads the `--config` file; any error becomes a ConfigError naming the file."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path) -> None:
+        super().__init__(settings_cls)
+        self._data = read_config_file(path)
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Parse a YAML configuration file into a mapping.
+
+    Raises ConfigError when the file is missing, is not YAML, or is not a mapping.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must be a mapping of settings, not {type(data).__name__}")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build Settings from overrides, the environment and an optional YAML file.
+
+    `overrides` whose value is None are ignored (an option the user did not give).
+    Raises ConfigError with every validation problem listed.
+    """
+    given = {k: v for k, v in overrides.items() if v is not None}
+    Settings._yaml_file = config_file
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        where = f" in {config_file}" if config_file else ""
+        raise ConfigError(f"invalid settings{where}: {problems}") from exc
+    finally:
+        Settings._yaml_file = None

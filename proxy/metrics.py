@@ -1,0 +1,91 @@
+"""Prometheus metrics (DESIGN §9) and the per-model ranking of hallucinated tool names.
+
+Hallucinated names are unbounded, so they are never labels; `UnknownToolStats` keeps a bounded
+count per model for `GET /v1/stats/unknown-tools` instead.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter as PromCounter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    """The proxy's metric families, on a registry of their own (one per app, so tests can count)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = PromCounter(
+            "toolsentry_requests", "Chat requests by final HTTP status.", ["model", "status"], registry=r
+        )
+        self.tool_calls = PromCounter(
+            "toolsentry_tool_calls",
+            "Tool calls delivered to clients, by outcome (valid, repaired, invalid, stripped).",
+            ["model", "outcome"],
+            registry=r,
+        )
+        self.violations = PromCounter(
+            "toolsentry_violations", "Violations found, by channel.", ["model", "channel"], registry=r
+        )
+        self.repairs = PromCounter(
+            "toolsentry_repairs",
+            "Repair outcomes per violation channel (result: success or failure).",
+            ["model", "channel", "result"],
+            registry=r,
+        )
+        self.budget_exhausted = PromCounter(
+            "toolsentry_budget_exhausted",
+            "Requests refused or finished because the session's error budget was spent.",
+            ["model"],
+            registry=r,
+        )
+        self.upstream_seconds = Histogram(
+            "toolsentry_upstream_seconds",
+            "Time spent waiting for upstreams, all attempts of a request together.",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.overhead_seconds = Histogram(
+            "toolsentry_overhead_seconds",
+            "Time the proxy added: total minus upstream wait.",
+            ["model"],
+            buckets=_OVERHEAD_BUCKETS,
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        """The exposition text for /metrics."""
+        return generate_latest(self.registry)
+
+
+class UnknownToolStats:
+    """Counts hallucinated tool names per model, keeping at most `max_names` names per model."""
+
+    def __init__(self, max_names: int = 1000) -> None:
+        self._max_names = max_names
+        self._counts: dict[str, Counter[str]] = {}
+
+    def add(self, model: str, name: str) -> None:
+        """Count one call to the unknown tool `name` by `model`."""
+        counts = self._counts.setdefault(model, Counter())
+        if name in counts or len(counts) < self._max_names:
+            counts[name] += 1
+
+    def top(self, limit: int = 20) -> dict[str, Any]:
+        """`{"models": {model: [{"name", "count"}, ...]}}`, most frequent first."""
+        return {
+            "models": {
+                model: [{"name": n, "count": c} for n, c in counts.most_common(limit)]
+                for model, counts in sorted(self._counts.items())
+            }
+        }

@@ -1,0 +1,220 @@
+"""A scripted OpenAI-compatible upstream and a loopback server runner, for tests, demos and benches.
+
+`ScriptedUpstream` is a real HTTP server (Starlette under uvicorn on 127.0.0.1) that answers chat
+completions from a script and records what it was asked, so tests exercise the proxy's real
+network path. Builders (`completion`, `tool_call`) keep test data short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+
+def tool_call(name: str, arguments: dict[str, Any] | str, *, id: str | None = None) -> dict[str, Any]:
+    """An OpenAI tool call; dict arguments are serialised to the JSON string the API carries."""
+    args = arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
+    return {
+        "id": id or f"call_{uuid.uuid4().hex[:12]}",
+        "type": "function",
+        "function": {"name": name, "arguments": args},
+    }
+
+
+def completion(
+    content: str | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
+    *,
+    finish_reason: str | None = None,
+    model: str = "scripted-model",
+    usage: dict[str, int] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A chat.completion with one choice; finish_reason defaults to tool_calls or stop."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:16]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop"),
+                "logprobs": None,
+            }
+        ],
+        "usage": usage or {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        **extra,
+    }
+
+
+@dataclass
+class Fault:
+    """Answer with this status and body, after `delay` seconds."""
+
+    status: int
+    body: bytes | dict[str, Any] = b""
+    delay: float = 0.0
+
+
+@dataclass
+class SSE:
+    """Answer with a server-sent-event stream of these events (dicts become `data:` JSON lines).
+
+    `pause_after`: stop for `pause` seconds after that many events; `drop_after`: break the
+    connection after that many events; `done`: finish with `data: [DONE]`.
+    """
+
+    events: list[bytes | dict[str, Any]]
+    pause_after: int | None = None
+    pause: float = 0.0
+    drop_after: int | None = None
+    done: bool = True
+
+
+Reply = dict[str, Any] | Fault | SSE
+Handler = Callable[[dict[str, Any]], Reply]
+
+
+@dataclass
+class ScriptedUpstream:
+    """An OpenAI-compatible chat server that answers from `replies` (in order) or a `handler`.
+
+    When the script runs out, the last reply repeats. Every request body is kept in `requests`.
+    """
+
+    replies: Iterable[Reply] = ()
+    handler: Handler | None = None
+    models: tuple[str, ...] = ("scripted-model",)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._queue: deque[Reply] = deque(self.replies)
+        self._last: Reply | None = None
+        self.first_chunk_sent = threading.Event()
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+                Route("/v1/{path:path}", self._echo, methods=["GET", "POST"]),
+                Route("/{path:path}", self._echo, methods=["GET", "POST"]),
+            ]
+        )
+
+    def push(self, *replies: Reply) -> None:
+        """Queue more replies."""
+        self._queue.extend(replies)
+
+    def _next(self, body: dict[str, Any]) -> Reply:
+        if self.handler is not None:
+            return self.handler(body)
+        if self._queue:
+            self._last = self._queue.popleft()
+        if self._last is None:
+            return completion("hello")
+        return self._last
+
+    async def _chat(self, request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        self.requests.append(body)
+        reply = self._next(body)
+        if isinstance(reply, Fault):
+            if reply.delay:
+                await asyncio.sleep(reply.delay)
+            content = reply.body if isinstance(reply.body, bytes) else orjson.dumps(reply.body)
+            return Response(content, status_code=reply.status, media_type="application/json")
+        if isinstance(reply, SSE):
+            return StreamingResponse(self._stream(reply), media_type="text/event-stream")
+        return Response(orjson.dumps(reply), media_type="application/json")
+
+    async def _stream(self, reply: SSE) -> Any:
+        for i, event in enumerate(reply.events):
+            if reply.drop_after is not None and i == reply.drop_after:
+                raise ConnectionResetError("scripted drop")
+            yield event if isinstance(event, bytes) else b"data: " + orjson.dumps(event) + b"\n\n"
+            if i == 0:
+                self.first_chunk_sent.set()
+            if reply.pause_after is not None and i + 1 == reply.pause_after:
+                await asyncio.sleep(reply.pause)
+        if reply.done:
+            yield b"data: [DONE]\n\n"
+
+    async def _models(self, request: Request) -> Response:
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in self.models]
+        return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
+
+    async def _echo(self, request: Request) -> Response:
+        raw = await request.body()
+        return Response(
+            orjson.dumps({"path": request.url.path, "method": request.method, "body": raw.decode()}),
+            media_type="application/json",
+        )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class LoopbackServer:
+    """Runs an ASGI app under uvicorn on 127.0.0.1 in a background thread; a context manager."""
+
+    def __init__(self, app: Any, *, port: int | None = None) -> None:
+        self._sock = socket.socket()
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", port or 0))
+        self.port: int = self._sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="error", access_log=False, lifespan="on", loop="asyncio")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        """The server's root URL."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def _run(self) -> None:
+        self._server.run(sockets=[self._sock])
+
+    def start(self) -> LoopbackServer:
+        """Start serving and wait until the server accepts connections."""
+        self._thread.start()
+        deadline = time.monotonic() + 20
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("loopback server did not start")
+            time.sleep(0.005)
+        return self
+
+    def stop(self) -> None:
+        """Shut the server down and wait for its thread."""
+        self._server.should_exit = True
+        self._thread.join(timeout=20)
+        self._sock.close()
+
+    def __enter__(self) -> LoopbackServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,154 @@
+"""Routes: models, health, raw pass-through, the session API, keys and error shapes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+import openai
+import pytest
+
+from proxy.testing import LoopbackServer, ScriptedUpstream, completion, free_port, tool_call
+from tests.proxy.builders import make_request
+from tests.proxy.conftest import RunningProxy, RunningUpstream
+
+
+def assert_openai_error(response: httpx.Response, status: int, error_type: str) -> None:
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == error_type
+    assert error["message"]
+    assert "Traceback" not in response.text
+
+
+def test_models_merges_every_upstreams_list(upstream: RunningUpstream) -> None:
+    other = ScriptedUpstream(models=("other-model",))
+    with LoopbackServer(other.app) as second:
+        from proxy.app import create_app
+        from proxy.config import Settings
+
+        settings = Settings(
+            upstreams=[
+                {"name": "a", "base_url": upstream.base_url, "models": ["scripted-model"]},
+                {"name": "b", "base_url": f"{second.url}/v1", "models": ["other-model"]},
+            ]
+        )
+        with LoopbackServer(create_app(settings)) as proxy:
+            client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+            assert sorted(m.id for m in client.models.list()) == ["other-model", "scripted-model"]
+            other.push(completion("from b"))
+            reply = client.chat.completions.create(**make_request(tools=[]) | {"model": "other-model"})
+            assert reply.choices[0].message.content == "from b"
+            with pytest.raises(openai.NotFoundError, match="served models: other-model, scripted-model"):
+                client.chat.completions.create(**make_request() | {"model": "nobody"})
+
+
+def test_health_and_readiness(proxy: RunningProxy) -> None:
+    with proxy.http() as http:
+        assert http.get("/healthz").json() == {"status": "ok"}
+        assert http.get("/readyz").json()["status"] == "ready"
+
+
+def test_readiness_fails_when_no_upstream_answers(make_proxy: Callable[..., RunningProxy]) -> None:
+    proxy = make_proxy(upstreams=[{"name": "gone", "base_url": f"http://127.0.0.1:{free_port()}/v1"}], retries=0)
+    with proxy.http() as http:
+        assert_openai_error(http.get("/readyz"), 503, "upstream_unavailable")
+
+
+def test_an_unreachable_upstream_gives_a_502_naming_it(make_proxy: Callable[..., RunningProxy]) -> None:
+    port = free_port()
+    proxy = make_proxy(upstreams=[{"name": "vllm-a", "base_url": f"http://127.0.0.1:{port}/v1"}], retries=1)
+    with proxy.http() as http:
+        response = http.post("/v1/chat/completions", json=make_request())
+    assert_openai_error(response, 502, "upstream_connect_error")
+    assert "vllm-a" in response.json()["error"]["message"]
+
+
+def test_other_endpoints_are_proxied_raw(proxy: RunningProxy) -> None:
+    with proxy.http() as http:
+        embeddings = http.post("/v1/embeddings", json={"model": "scripted-model", "input": "x"}).json()
+        tokenize = http.post("/tokenize", json={"prompt": "x"}).json()
+    assert embeddings["path"] == "/v1/embeddings"
+    assert tokenize["path"] == "/tokenize"
+
+
+def test_invalid_json_is_a_400_in_the_openai_shape(proxy: RunningProxy) -> None:
+    with proxy.http() as http:
+        response = http.post("/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert_openai_error(response, 400, "invalid_request_error")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [[1, 2], {"model": "m"}, {"model": "m", "messages": []}, {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": "no"}],
+)
+def test_malformed_requests_are_400s(proxy: RunningProxy, body: object) -> None:
+    with proxy.http() as http:
+        response = http.post("/v1/chat/completions", json=body)
+    assert_openai_error(response, 400, "invalid_request_error")
+
+
+def test_a_body_over_the_limit_is_a_413(make_proxy: Callable[..., RunningProxy]) -> None:
+    proxy = make_proxy(max_body_bytes=2048)
+    with proxy.http() as http:
+        response = http.post("/v1/chat/completions", json=make_request("x" * 5000))
+    assert_openai_error(response, 413, "invalid_request_error")
+
+
+def test_client_keys_are_required_when_configured(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    proxy = make_proxy(api_keys=["k1", "k2"], admin_key="root")
+    upstream.script.push(completion("hi"))
+    with pytest.raises(openai.AuthenticationError):
+        proxy.client(api_key="wrong").chat.completions.create(**make_request())
+    assert proxy.client(api_key="k2").chat.completions.create(**make_request()).choices[0].message.content == "hi"
+    with proxy.http() as http:
+        assert_openai_error(http.get("/v1/sessions", headers={"authorization": "Bearer k1"}), 401, "authentication_error")
+        assert http.get("/v1/sessions", headers={"authorization": "Bearer root"}).status_code == 200
+
+
+def test_session_api_lists_shows_and_deletes(proxy: RunningProxy, upstream: RunningUpstream) -> None:
+    upstream.script.push(completion(tool_calls=[tool_call("nope", {})]))
+    client = proxy.client()
+    for session, times in (("quiet", 1), ("noisy", 2)):
+        for _ in range(times):
+            client.chat.completions.create(
+                **make_request(), extra_headers={"x-session-id": session, "x-toolsentry-repair": "off"}
+            )
+    with proxy.http() as http:
+        failing = http.get("/v1/sessions", params={"order": "failing"}).json()["data"]
+        assert [s["session"] for s in failing] == ["noisy", "quiet"]
+        shown = http.get("/v1/sessions/noisy").json()
+        assert set(shown) == {
+            "session", "errors", "max_errors", "exhausted", "repairs", "channels", "requests", "created_at", "updated_at",
+        }
+        assert shown["errors"] == 2
+        assert http.delete("/v1/sessions/noisy").status_code == 200
+        assert_openai_error(http.get("/v1/sessions/noisy"), 404, "not_found_error")
+        assert_openai_error(http.get("/v1/sessions", params={"order": "sideways"}), 400, "invalid_request_error")
+
+
+def test_session_id_falls_back_to_the_body_and_then_a_conversation_fingerprint(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion("hi"))
+    client = proxy.client()
+    by_metadata = client.chat.completions.with_raw_response.create(
+        **make_request(), extra_body={"metadata": {"session_id": "from-metadata"}}
+    )
+    assert by_metadata.headers["x-toolsentry-session"] == "from-metadata"
+    by_user = client.chat.completions.with_raw_response.create(**make_request(), user="from-user")
+    assert by_user.headers["x-toolsentry-session"] == "from-user"
+    first = client.chat.completions.with_raw_response.create(**make_request("first conversation"))
+    again = client.chat.completions.with_raw_response.create(**make_request("first conversation"))
+    other = client.chat.completions.with_raw_response.create(**make_request("another conversation"))
+    assert first.headers["x-toolsentry-session"] == again.headers["x-toolsentry-session"]
+    assert first.headers["x-toolsentry-session"] != other.headers["x-toolsentry-session"]
+
+
+def test_openapi_schema_describes_the_chat_route(proxy: RunningProxy) -> None:
+    with proxy.http() as http:
+        schema = http.get("/openapi.json").json()
+    assert "/v1/chat/completions" in schema["paths"]

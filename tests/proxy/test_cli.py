@@ -1,0 +1,105 @@
+"""The `toolsentry` command line: help, config checking, and a real `serve` process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from typer.testing import CliRunner
+
+from proxy.cli import app
+from proxy.testing import completion, free_port
+from tests.proxy.builders import make_request
+from tests.proxy.conftest import RunningUpstream
+
+runner = CliRunner()
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_serve_help_documents_every_option() -> None:
+    result = runner.invoke(app, ["serve", "--help"], env={"COLUMNS": "200", "TERM": "dumb"})
+    assert result.exit_code == 0
+    for option in ("--upstream", "--config", "--host", "--port", "--workers", "--store", "--max-errors", "--repair", "--log-level"):
+        assert option in result.output
+    assert "TOOLSENTRY_MAX_ERRORS" in result.output
+
+
+def test_check_config_prints_resolved_settings_with_secrets_masked(tmp_path: Path) -> None:
+    config = tmp_path / "toolsentry.yaml"
+    config.write_text(
+        "upstreams:\n  - name: vllm\n    base_url: http://127.0.0.1:8001/v1\n    models: [qwen]\n"
+        "max_errors: 3\nadmin_key: hunter2\nrepair: off\n"
+    )
+    result = runner.invoke(app, ["check-config", str(config)])
+    assert result.exit_code == 0, result.output
+    resolved = json.loads(result.stdout)
+    assert resolved["max_errors"] == 3
+    assert resolved["repair"] == "off"
+    assert resolved["upstreams"][0]["models"] == ["qwen"]
+    assert "hunter2" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("max_errors: [1\n", "not valid YAML"),
+        ("- a\n- b\n", "must be a mapping"),
+        ("upstreams:\n  - name: x\n    base_url: ftp://nope\n", "base_url must start with http"),
+        ("upstreams: [{name: x, base_url: 'http://h/v1'}]\nmax_errors: 0\n", "max_errors"),
+        ("upstreams: [{name: x, base_url: 'http://h/v1'}]\nbogus: 1\n", "bogus"),
+    ],
+)
+def test_check_config_rejects_bad_files_with_a_clear_message(tmp_path: Path, text: str, expected: str) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    result = runner.invoke(app, ["check-config", str(config)])
+    assert result.exit_code == 2
+    assert expected in result.output
+    assert "Traceback" not in result.output
+
+
+def test_serve_refuses_several_workers_on_the_memory_store() -> None:
+    result = runner.invoke(app, ["serve", "--upstream", "http://127.0.0.1:9/v1", "--workers", "2"])
+    assert result.exit_code == 2
+    assert "shared session store" in result.output
+
+
+def test_serve_without_an_upstream_says_how_to_give_one() -> None:
+    result = runner.invoke(app, ["serve"], env={"TOOLSENTRY_UPSTREAM": ""})
+    assert result.exit_code == 2
+    assert "--upstream" in result.output
+
+
+def test_serve_runs_as_a_process_in_front_of_an_upstream(upstream: RunningUpstream) -> None:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "proxy.cli", "serve", "--upstream", upstream.base_url, "--port", str(port), "--max-errors", "4"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+            assert time.monotonic() < deadline, "proxy did not become ready"
+            time.sleep(0.1)
+        upstream.script.push(completion("through a real process"))
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(**make_request())
+        assert raw.parse().choices[0].message.content == "through a real process"
+        assert raw.headers["x-toolsentry-max-errors"] == "4"
+    finally:
+        process.terminate()
+        process.wait(timeout=20)

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.config import load_settings
+from proxy.errors import ConfigError
+
+
+def test_flags_beat_environment_which_beats_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("max_errors: 3\nport: 9001\nhost: 0.0.0.0\n")
+    monkeypatch.setenv("TOOLSENTRY_PORT", "9002")
+    monkeypatch.setenv("TOOLSENTRY_MAX_ERRORS", "4")
+    settings = load_settings(config, max_errors=5)
+    assert (settings.max_errors, settings.port, settings.host) == (5, 9002, "0.0.0.0")
+
+
+def test_upstreams_come_from_the_environment_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLSENTRY_UPSTREAMS", '[{"name": "v", "base_url": "http://127.0.0.1:1/v1/", "models": ["m"]}]')
+    settings = load_settings()
+    assert settings.upstreams[0].base_url == "http://127.0.0.1:1/v1"
+    assert settings.upstreams[0].models == ["m"]
+
+
+def test_a_missing_file_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="missing.yaml"):
+        load_settings(tmp_path / "missing.yaml")
+
+
+def test_secrets_survive_the_hand_over_to_workers_but_not_the_printout() -> None:
+    settings = load_settings(admin_key="s3cret", api_keys=["k1"])
+    assert "s3cret" in settings.to_json_with_secrets()
+    assert "s3cret" not in str(settings.redacted())

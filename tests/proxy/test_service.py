@@ -1,0 +1,309 @@
+"""The chat-completions pipeline end to end: the real openai SDK → proxy (uvicorn) → scripted upstream."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from proxy.testing import Fault, completion, tool_call
+from tests.proxy.builders import make_request
+from tests.proxy.conftest import RunningProxy, RunningUpstream
+
+VALID_CANCEL = tool_call("cancel_pending_order", {"order_id": "#W1", "reason": "no longer needed"})
+
+
+def chat(proxy: RunningProxy, session: str, request: dict[str, Any] | None = None, **headers: str) -> Any:
+    client = proxy.client()
+    body = request or make_request()
+    return client.chat.completions.with_raw_response.create(
+        **body, extra_headers={"x-session-id": session, **headers}
+    )
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in Prometheus exposition text (0 when absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        match = re.match(r"^(\w+)\{([^}]*)\} (\S+)$", line)
+        if match and match.group(1) == name:
+            have = ",".join(sorted(match.group(2).split(",")))
+            if have == want:
+                return float(match.group(3))
+    return 0.0
+
+
+def test_hallucinated_tool_is_reasked_and_client_receives_the_valid_call(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(
+        completion(tool_calls=[tool_call("cancel_order", {"order_id": "#W1"}, id="call_bad")]),
+        completion(tool_calls=[VALID_CANCEL]),
+    )
+    raw = chat(proxy, "s-halluc")
+    message = raw.parse().choices[0].message
+    assert message.tool_calls[0].function.name == "cancel_pending_order"
+    assert raw.headers["x-toolsentry-repairs"] == "1"
+    assert raw.headers["x-toolsentry-violations"] == "unknown_tool"
+    assert raw.headers["x-toolsentry-errors"] == "0"
+    # The re-ask carried the bad call back with a corrective tool message naming the real tools.
+    reask = upstream.script.requests[1]["messages"]
+    assert reask[-2]["role"] == "assistant"
+    assert reask[-1]["role"] == "tool" and reask[-1]["tool_call_id"] == "call_bad"
+    assert "cancel_order" in reask[-1]["content"] and "cancel_pending_order" in reask[-1]["content"]
+    session = proxy.session("s-halluc")
+    assert session["channels"] == {"unknown_tool": 1}
+    assert session["repairs"] == 1 and session["errors"] == 0
+
+
+@pytest.mark.parametrize(
+    ("bad_call", "channel"),
+    [
+        (tool_call("cancel_pending_order", '{"order_id": "#W1", "reason": '), "malformed_arguments"),
+        (tool_call("cancel_pending_order", {"order_id": "#W1"}), "schema_violation"),
+        (tool_call("cancel_pending_order", {"order_id": "#W1", "reason": "bored"}), "schema_violation"),
+    ],
+)
+def test_malformed_and_schema_violating_arguments_are_repaired(
+    proxy: RunningProxy, upstream: RunningUpstream, bad_call: dict[str, Any], channel: str
+) -> None:
+    upstream.script.push(completion(tool_calls=[bad_call]), completion(tool_calls=[VALID_CANCEL]))
+    raw = chat(proxy, f"s-{channel}")
+    call = raw.parse().choices[0].message.tool_calls[0]
+    assert json.loads(call.function.arguments) == {"order_id": "#W1", "reason": "no longer needed"}
+    assert raw.headers["x-toolsentry-violations"] == channel
+    assert raw.headers["x-toolsentry-repairs"] == "1"
+
+
+def test_tool_choice_required_without_a_call_is_reasked_with_a_user_message(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion("I will cancel it."), completion(tool_calls=[VALID_CANCEL]))
+    raw = chat(proxy, "s-choice", make_request(tool_choice="required"))
+    assert raw.parse().choices[0].message.tool_calls[0].function.name == "cancel_pending_order"
+    assert raw.headers["x-toolsentry-violations"] == "tool_choice_violation"
+    assert upstream.script.requests[1]["messages"][-1]["role"] == "user"
+
+
+def test_an_unrepairable_call_passes_through_and_costs_one_error(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion(tool_calls=[tool_call("refund_everything", {})]))
+    raw = chat(proxy, "s-unrepaired")
+    message = raw.parse().choices[0].message
+    assert message.tool_calls[0].function.name == "refund_everything"
+    assert raw.headers["x-toolsentry-errors"] == "1"
+    assert raw.headers["x-toolsentry-repairs"] == "0"
+    assert raw.headers["x-toolsentry-violations"] == "unknown_tool"
+    assert len(upstream.script.requests) == 3  # the original and max_reasks=2 re-asks
+    session = proxy.session("s-unrepaired")
+    assert session["errors"] == 1 and session["channels"] == {"unknown_tool": 1}
+
+
+def test_repair_off_passes_the_failure_through_without_reasking(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    proxy = make_proxy(repair="off")
+    upstream.script.push(completion(tool_calls=[tool_call("cancel_order", {})]))
+    raw = chat(proxy, "s-off")
+    assert raw.headers["x-toolsentry-errors"] == "1"
+    assert len(upstream.script.requests) == 1
+
+
+def test_request_header_switches_repair_off_when_overrides_are_allowed(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion(tool_calls=[tool_call("cancel_order", {})]))
+    raw = chat(proxy, "s-hdr-off", **{"x-toolsentry-repair": "off"})
+    assert raw.headers["x-toolsentry-errors"] == "1"
+    assert len(upstream.script.requests) == 1
+
+
+def test_the_max_errors_th_error_makes_the_next_request_fail_with_429_without_sdk_retries(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    proxy = make_proxy(repair="off", max_errors=2)
+    upstream.script.push(completion(tool_calls=[tool_call("cancel_order", {})]))
+    assert chat(proxy, "s-budget").headers["x-toolsentry-errors"] == "1"
+    assert chat(proxy, "s-budget").headers["x-toolsentry-errors"] == "2"
+    asked_upstream = len(upstream.script.requests)
+    attempts: list[httpx.Request] = []
+    client = proxy.client(
+        max_retries=3, http_client=httpx.Client(event_hooks={"request": [attempts.append]})
+    )
+    with pytest.raises(openai.RateLimitError) as caught:
+        client.chat.completions.create(**make_request(), extra_headers={"x-session-id": "s-budget"})
+    assert caught.value.status_code == 429
+    assert caught.value.body["type"] == "error_budget_exhausted"  # type: ignore[index]
+    assert caught.value.response.headers["x-should-retry"] == "false"
+    assert len(attempts) == 1  # the SDK did not retry
+    assert len(upstream.script.requests) == asked_upstream  # nor did the proxy forward it
+    assert proxy.session("s-budget")["exhausted"] is True
+
+
+def test_a_request_may_lower_its_budget_with_a_header(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion(tool_calls=[tool_call("cancel_order", {})]))
+    headers = {"x-toolsentry-max-errors": "1", "x-toolsentry-repair": "off"}
+    raw = chat(proxy, "s-lower", **headers)
+    assert raw.headers["x-toolsentry-max-errors"] == "1"
+    with pytest.raises(openai.RateLimitError):
+        chat(proxy, "s-lower", **headers)
+    raised = chat(proxy, "s-raise", **{"x-toolsentry-max-errors": "50"})
+    assert raised.headers["x-toolsentry-max-errors"] == "10"  # lower only
+
+
+def test_finish_policy_ends_the_session_with_a_normal_completion(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    proxy = make_proxy(repair="off", max_errors=1, exhaustion_policy="finish")
+    upstream.script.push(completion(tool_calls=[tool_call("cancel_order", {})]))
+    chat(proxy, "s-finish")
+    raw = chat(proxy, "s-finish")
+    choice = raw.parse().choices[0]
+    assert choice.finish_reason == "stop"
+    assert not choice.message.tool_calls
+    assert "error budget" in (choice.message.content or "")
+
+
+def test_observe_policy_counts_past_the_budget_and_never_refuses(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    proxy = make_proxy(repair="off", max_errors=1, exhaustion_policy="observe")
+    upstream.script.push(completion(tool_calls=[tool_call("cancel_order", {})]))
+    for expected in ("1", "2", "3"):
+        assert chat(proxy, "s-observe").headers["x-toolsentry-errors"] == expected
+    assert proxy.session("s-observe")["exhausted"] is True
+
+
+def _with_tool_result(call_id: str, content: str, *, name: str = "get_order_details") -> dict[str, Any]:
+    request = make_request()
+    request["messages"] += [
+        {"role": "assistant", "content": None, "tool_calls": [tool_call(name, {"order_id": "#W9"}, id=call_id)]},
+        {"role": "tool", "tool_call_id": call_id, "content": content},
+    ]
+    return request
+
+
+def test_a_tool_error_in_a_later_request_is_counted_once_across_turns(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion("Sorry, that order does not exist."))
+    request = _with_tool_result("call_e1", "Error: Order not found")
+    for _ in range(3):  # the agent resends its history every turn
+        raw = chat(proxy, "s-toolerr", request)
+    assert raw.headers["x-toolsentry-errors"] == "1"
+    session = proxy.session("s-toolerr")
+    assert session["channels"] == {"tool_error": 1}
+    assert session["requests"] == 3
+
+
+def test_a_tool_error_for_a_call_already_counted_as_unrepaired_is_not_counted_twice(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    proxy = make_proxy(repair="off")
+    upstream.script.push(
+        completion(tool_calls=[tool_call("cancel_order", {}, id="call_x")]), completion("ok")
+    )
+    assert chat(proxy, "s-dup").headers["x-toolsentry-errors"] == "1"
+    follow_up = _with_tool_result("call_x", "Error: Tool 'cancel_order' not found.", name="cancel_order")
+    assert chat(proxy, "s-dup", follow_up).headers["x-toolsentry-errors"] == "1"
+
+
+def test_sqlite_store_keeps_a_sessions_counts_across_a_proxy_restart(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream, tmp_path: Any
+) -> None:
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    upstream.script.push(completion(tool_calls=[tool_call("cancel_order", {})]))
+    first = make_proxy(repair="off", store=store)
+    chat(first, "s-restart")
+    chat(first, "s-restart")
+    first.server.stop()
+    second = make_proxy(repair="off", store=store)
+    assert second.session("s-restart")["errors"] == 2
+    assert chat(second, "s-restart").headers["x-toolsentry-errors"] == "3"
+
+
+def test_usage_sums_every_attempt(proxy: RunningProxy, upstream: RunningUpstream) -> None:
+    upstream.script.push(
+        completion(tool_calls=[tool_call("cancel_order", {})], usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}),
+        completion(tool_calls=[VALID_CANCEL], usage={"prompt_tokens": 150, "completion_tokens": 12, "total_tokens": 162}),
+    )
+    usage = chat(proxy, "s-usage").parse().usage
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (250, 22, 272)
+
+
+def test_unknown_request_and_response_fields_pass_through_unchanged(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion("hi", kv_transfer_params={"k": 1}))
+    client = proxy.client()
+    raw = client.chat.completions.with_raw_response.create(
+        **make_request(), extra_body={"top_k": 7, "guided_json": {"type": "object"}}
+    )
+    assert upstream.script.requests[-1]["top_k"] == 7
+    assert upstream.script.requests[-1]["guided_json"] == {"type": "object"}
+    assert json.loads(raw.text)["kv_transfer_params"] == {"k": 1}
+
+
+def test_metrics_count_what_happened(proxy: RunningProxy, upstream: RunningUpstream) -> None:
+    upstream.script.push(
+        completion(tool_calls=[tool_call("cancel_order", {})]),  # repaired on re-ask
+        completion(tool_calls=[VALID_CANCEL]),
+        completion(tool_calls=[VALID_CANCEL]),  # valid at once
+    )
+    chat(proxy, "s-m1")
+    chat(proxy, "s-m2")
+    text = proxy.metrics()
+    model = "scripted-model"
+    assert metric(text, "toolsentry_requests_total", model=model, status="200") == 2
+    assert metric(text, "toolsentry_violations_total", model=model, channel="unknown_tool") == 1
+    assert metric(text, "toolsentry_repairs_total", model=model, channel="unknown_tool", result="success") == 1
+    assert metric(text, "toolsentry_tool_calls_total", model=model, outcome="repaired") == 1
+    assert metric(text, "toolsentry_tool_calls_total", model=model, outcome="valid") == 1
+    assert metric(text, "toolsentry_upstream_seconds_count", model=model) == 2
+
+
+def test_hallucinated_names_are_ranked_per_model(proxy: RunningProxy, upstream: RunningUpstream) -> None:
+    upstream.script.push(completion(tool_calls=[tool_call("cancel_order", {})]))
+    chat(proxy, "s-rank", **{"x-toolsentry-repair": "off"})
+    chat(proxy, "s-rank2", **{"x-toolsentry-repair": "off"})
+    with proxy.http() as http:
+        stats = http.get("/v1/stats/unknown-tools").json()
+    assert stats["models"]["scripted-model"] == [{"name": "cancel_order", "count": 2}]
+
+
+def test_upstream_503_is_retried_before_the_client_sees_anything(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(Fault(503, {"error": {"message": "warming up"}}), completion("ready"))
+    raw = chat(proxy, "s-retry")
+    assert raw.parse().choices[0].message.content == "ready"
+    assert len(upstream.script.requests) == 2
+
+
+def test_upstream_bad_request_reaches_the_client_with_the_upstreams_message(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(
+        Fault(400, {"error": {"message": "max_tokens is too large", "type": "BadRequestError", "param": None, "code": 400}})
+    )
+    with pytest.raises(openai.BadRequestError, match="max_tokens is too large"):
+        chat(proxy, "s-400")
+
+
+def test_a_200_that_is_not_a_chat_completion_is_a_clear_502(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push({"unexpected": True})
+    with pytest.raises(openai.APIStatusError) as caught:
+        chat(proxy, "s-proto")
+    assert caught.value.status_code == 502
+    assert "not a chat completion" in caught.value.message
+    assert proxy.session("s-proto")["channels"] == {"upstream_error": 1}
