@@ -1,0 +1,287 @@
+"""The behaviour every `SessionStore` must show, whatever keeps the counts.
+
+A test module subclasses `StoreConformance` and provides a `make_store` fixture: a callable
+`(ttl_seconds, clock) -> SessionStore` whose stores are closed after the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from proxy.session.stores import SessionRecord, SessionStore
+
+StoreFactory = Callable[..., SessionStore]
+
+T0 = 1_700_000_000.0
+TTL = 3600.0
+
+
+class FakeClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
+
+
+async def record(
+    store: SessionStore, session: str, clock: FakeClock, **counts: Any
+) -> SessionRecord:
+    counts.setdefault("max_errors", 10)
+    return await store.record(session, now=clock(), **counts)
+
+
+class StoreConformance:
+    @pytest.fixture
+    def clock(self) -> FakeClock:
+        return FakeClock()
+
+    @pytest.fixture
+    def store(self, make_store: StoreFactory, clock: FakeClock) -> SessionStore:
+        return make_store(ttl_seconds=TTL, clock=clock)
+
+    async def test_an_unknown_session_is_none(self, store: SessionStore) -> None:
+        assert await store.get("nobody") is None
+
+    async def test_a_new_session_starts_from_the_given_counts(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        got = await record(
+            store, "s1", clock, errors=1, repairs=2, requests=1, channels={"unknown_tool": 3}
+        )
+        assert (got.session, got.errors, got.repairs, got.requests) == ("s1", 1, 2, 1)
+        assert got.channels == {"unknown_tool": 3}
+        assert got.created_at == got.updated_at == clock()
+        assert await store.get("s1") == got
+
+    async def test_record_adds_to_what_is_there_and_moves_updated_at(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        await record(store, "s1", clock, errors=1, requests=1)
+        later = clock.advance(5)
+        got = await record(store, "s1", clock, errors=2, repairs=1, requests=1)
+        assert (got.errors, got.repairs, got.requests) == (3, 1, 2)
+        assert got.created_at == T0
+        assert got.updated_at == later
+
+    async def test_the_latest_max_errors_is_the_sessions_budget(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        await record(store, "s1", clock, errors=2, max_errors=10)
+        got = await record(store, "s1", clock, max_errors=2)
+        assert got.max_errors == 2
+        assert got.exhausted
+
+    async def test_channels_accumulate_per_channel(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        await record(store, "s1", clock, channels={"unknown_tool": 1, "schema_violation": 2})
+        await record(store, "s1", clock, channels={"unknown_tool": 4, "tool_error": 1})
+        got = await record(store, "s1", clock, channels={"truncated": 0})
+        assert got.channels == {"unknown_tool": 5, "schema_violation": 2, "tool_error": 1}
+
+    async def test_sessions_do_not_share_counts(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        await record(store, "a", clock, errors=1, channels={"unknown_tool": 1})
+        await record(store, "b", clock, errors=5)
+        a = await store.get("a")
+        assert a is not None
+        assert (a.errors, a.channels) == (1, {"unknown_tool": 1})
+
+    async def test_concurrent_records_give_exact_totals(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        n = 200
+        await asyncio.gather(
+            *(
+                record(
+                    store,
+                    "busy",
+                    clock,
+                    errors=1,
+                    repairs=i % 2,
+                    requests=1,
+                    channels={"unknown_tool": 1, "schema_violation": i % 3},
+                )
+                for i in range(n)
+            )
+        )
+        got = await store.get("busy")
+        assert got is not None
+        assert (got.errors, got.requests, got.repairs) == (n, n, n // 2)
+        assert got.channels == {
+            "unknown_tool": n,
+            "schema_violation": sum(i % 3 for i in range(n)),
+        }
+
+    async def test_negative_increments_are_refused(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        with pytest.raises(ValueError, match="negative"):
+            await record(store, "s1", clock, errors=-1)
+        with pytest.raises(ValueError, match="negative"):
+            await record(store, "s1", clock, channels={"unknown_tool": -2})
+        assert await store.get("s1") is None
+
+    async def test_a_call_id_is_claimed_once(self, store: SessionStore, clock: FakeClock) -> None:
+        assert await store.claim_call_ids("s1", ["c1", "c2"], now=clock()) == ["c1", "c2"]
+        clock.advance(1)
+        assert await store.claim_call_ids("s1", ["c1", "c2", "c3"], now=clock()) == ["c3"]
+        assert await store.claim_call_ids("s1", [], now=clock()) == []
+
+    async def test_duplicate_ids_in_one_claim_come_back_once(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        assert await store.claim_call_ids("s1", ["c1", "c1", "c2"], now=clock()) == ["c1", "c2"]
+
+    async def test_claims_belong_to_one_session(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        await store.claim_call_ids("s1", ["c1"], now=clock())
+        assert await store.claim_call_ids("s2", ["c1"], now=clock()) == ["c1"]
+
+    async def test_concurrent_claims_of_one_id_give_it_to_exactly_one(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        ids = [f"call_{i}" for i in range(20)]
+        results = await asyncio.gather(
+            *(store.claim_call_ids("s1", ids, now=clock()) for _ in range(50))
+        )
+        claimed = [call_id for result in results for call_id in result]
+        assert sorted(claimed) == sorted(ids)
+
+    async def test_delete_forgets_the_session_and_its_claims(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        await record(store, "s1", clock, errors=3, channels={"unknown_tool": 3})
+        await store.claim_call_ids("s1", ["c1"], now=clock())
+        assert await store.delete("s1") is True
+        assert await store.get("s1") is None
+        assert await store.delete("s1") is False
+        assert await store.claim_call_ids("s1", ["c1"], now=clock()) == ["c1"]
+        fresh = await record(store, "s1", clock, errors=1)
+        assert (fresh.errors, fresh.channels) == (1, {})
+
+    async def test_list_recent_puts_the_latest_update_first(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        for name in ("a", "b", "c"):
+            await record(store, name, clock, requests=1)
+            clock.advance(1)
+        await record(store, "a", clock, requests=1)
+        listed = await store.list(order="recent")
+        assert [r.session for r in listed] == ["a", "c", "b"]
+        assert [r.session for r in await store.list(limit=2)] == ["a", "c"]
+
+    async def test_list_failing_puts_the_most_errors_first(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        await record(store, "calm", clock, errors=0, requests=3)
+        clock.advance(1)
+        await record(store, "bad", clock, errors=4, channels={"unknown_tool": 4})
+        clock.advance(1)
+        await record(store, "worse", clock, errors=7)
+        clock.advance(1)
+        await record(store, "also_bad", clock, errors=4)
+        listed = await store.list(order="failing", limit=3)
+        assert [r.session for r in listed] == ["worse", "also_bad", "bad"]
+        assert listed[2].channels == {"unknown_tool": 4}
+
+    async def test_list_of_an_empty_store_is_empty(self, store: SessionStore) -> None:
+        assert await store.list() == []
+        assert await store.list(order="failing") == []
+
+    async def test_a_session_expires_ttl_after_its_last_update(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        await record(store, "s1", clock, errors=2)
+        clock.advance(TTL - 1)
+        await record(store, "s1", clock, errors=1)
+        clock.advance(TTL - 1)
+        alive = await store.get("s1")
+        assert alive is not None
+        assert alive.errors == 3
+        clock.advance(1)
+        assert await store.get("s1") is None
+        assert await store.list() == []
+        assert await store.delete("s1") is False
+
+    async def test_an_expired_session_starts_afresh(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        await record(store, "s1", clock, errors=9, channels={"unknown_tool": 9}, requests=9)
+        clock.advance(TTL)
+        got = await record(store, "s1", clock, errors=1, requests=1)
+        assert (got.errors, got.requests, got.channels) == (1, 1, {})
+        assert got.created_at == clock()
+
+    async def test_expiry_of_writes_follows_the_now_they_are_given(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        await record(store, "s1", clock, errors=5)
+        got = await store.record("s1", max_errors=10, errors=1, now=T0 + TTL + 1)
+        assert got.errors == 1
+
+    async def test_a_claim_expires_ttl_after_it_was_last_claimed(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        await store.claim_call_ids("s1", ["c1", "c2"], now=clock())
+        clock.advance(TTL - 1)
+        assert await store.claim_call_ids("s1", ["c1"], now=clock()) == []
+        clock.advance(1)
+        assert await store.claim_call_ids("s1", ["c1", "c2"], now=clock()) == ["c2"]
+
+    async def test_expired_sessions_leave_the_list_but_live_ones_stay(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        await record(store, "old", clock, errors=5)
+        clock.advance(TTL / 2)
+        await record(store, "new", clock, errors=1)
+        clock.advance(TTL / 2)
+        assert [r.session for r in await store.list(order="failing")] == ["new"]
+
+    async def test_to_dict_has_the_session_api_shape(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        got = await record(
+            store,
+            "s1",
+            clock,
+            errors=2,
+            max_errors=2,
+            repairs=1,
+            requests=3,
+            channels={"unknown_tool": 3},
+        )
+        body = got.to_dict()
+        assert list(body) == [
+            "session", "errors", "max_errors", "exhausted", "repairs",
+            "channels", "requests", "created_at", "updated_at",
+        ]  # fmt: skip
+        assert body["exhausted"] is True
+        assert body["channels"] == {"unknown_tool": 3}
+        created = datetime.fromisoformat(body["created_at"])
+        assert created.utcoffset() is not None
+        assert created.timestamp() == T0
+
+    async def test_records_handed_out_are_copies(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        got = await record(store, "s1", clock, channels={"unknown_tool": 1})
+        got.channels["unknown_tool"] = 100
+        got.errors = 100
+        again = await store.get("s1")
+        assert again is not None
+        assert (again.errors, again.channels) == (0, {"unknown_tool": 1})

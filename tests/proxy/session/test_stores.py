@@ -1,0 +1,212 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.errors import ConfigError
+from proxy.session.stores import MemoryStore, SessionStore, SqliteStore, open_store
+from tests.proxy.session.conformance import T0, FakeClock, StoreConformance
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+async def closing() -> AsyncIterator[list[SessionStore]]:
+    """Stores put here are closed after the test."""
+    stores: list[SessionStore] = []
+    yield stores
+    for store in stores:
+        await store.close()
+
+
+class TestMemoryStore(StoreConformance):
+    @pytest.fixture
+    def make_store(self, closing: list[SessionStore]) -> Callable[..., SessionStore]:
+        def make(**kwargs: Any) -> SessionStore:
+            closing.append(store := MemoryStore(**kwargs))
+            return store
+
+        return make
+
+
+class TestSqliteStore(StoreConformance):
+    @pytest.fixture
+    def make_store(
+        self, closing: list[SessionStore], tmp_path: Path
+    ) -> Callable[..., SessionStore]:
+        def make(**kwargs: Any) -> SessionStore:
+            closing.append(store := SqliteStore(tmp_path / "sessions.db", **kwargs))
+            return store
+
+        return make
+
+
+async def test_memory_store_evicts_the_least_recently_updated_beyond_its_cap() -> None:
+    store = MemoryStore(clock=FakeClock(T0 + 3), max_sessions=2)
+    await store.record("a", max_errors=10, errors=1, now=T0)
+    await store.record("b", max_errors=10, errors=1, now=T0 + 1)
+    await store.record("a", max_errors=10, errors=1, now=T0 + 2)
+    await store.record("c", max_errors=10, errors=1, now=T0 + 3)
+    assert {r.session for r in await store.list()} == {"a", "c"}
+
+
+async def test_sqlite_counts_survive_closing_and_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "nested" / "dir" / "sessions.db"
+    clock = FakeClock()
+    first = SqliteStore(path, clock=clock)
+    await first.record("s1", max_errors=5, errors=2, channels={"unknown_tool": 2}, now=T0)
+    await first.claim_call_ids("s1", ["c1"], now=T0)
+    await first.close()
+
+    second = SqliteStore(path, clock=clock)
+    try:
+        got = await second.record("s1", max_errors=5, errors=1, requests=1, now=T0 + 1)
+        assert (got.errors, got.requests, got.channels) == (3, 1, {"unknown_tool": 2})
+        assert got.created_at == T0
+        assert await second.claim_call_ids("s1", ["c1", "c2"], now=T0 + 1) == ["c2"]
+    finally:
+        await second.close()
+
+
+async def test_sqlite_store_purges_expired_rows_from_the_file(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "sessions.db"
+    store = SqliteStore(path, ttl_seconds=10, purge_interval_s=0)
+    await store.record("old", max_errors=10, channels={"unknown_tool": 1}, now=T0)
+    await store.claim_call_ids("old", ["c1"], now=T0)
+    await store.record("new", max_errors=10, now=T0 + 20)
+    await store.close()
+
+    with sqlite3.connect(path) as db:
+        tables = ("sessions", "channels", "claimed_calls")
+        remaining = {t: db.execute(f"SELECT session FROM {t}").fetchall() for t in tables}
+    db.close()
+    assert remaining == {"sessions": [("new",)], "channels": [], "claimed_calls": []}
+
+
+WORKER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from proxy.session.stores import SqliteStore
+
+    async def main(path, n):
+        store = SqliteStore(path)
+        print("ready", flush=True)
+        sys.stdin.readline()  # wait for the go, so both processes write at the same time
+        for _ in range(n):
+            await store.record("shared", max_errors=1000, errors=1, requests=1,
+                               channels={"unknown_tool": 1}, now=1_700_000_000.0)
+        claimed = await store.claim_call_ids("shared", [f"c{i}" for i in range(50)],
+                                             now=1_700_000_000.0)
+        print(len(claimed), flush=True)
+        await store.close()
+
+    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+    """
+)
+
+
+def test_two_processes_opening_one_new_sqlite_file_together_lose_no_updates(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(path), "100"],
+            cwd=REPO_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = []
+    try:
+        for worker in workers:
+            assert worker.stdout is not None
+            if worker.stdout.readline().strip() != "ready":
+                pytest.fail(f"a worker did not open the store: {worker.communicate()[1]}")
+        for worker in workers:
+            assert worker.stdin is not None
+            worker.stdin.write("go\n")
+            worker.stdin.flush()
+        outputs = [worker.communicate(timeout=120) for worker in workers]
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    for worker, (_, err) in zip(workers, outputs, strict=True):
+        assert worker.returncode == 0, err
+
+    claimed_per_process = sorted(int(out.strip()) for out, _ in outputs)
+    assert sum(claimed_per_process) == 50
+
+    import asyncio
+
+    async def read() -> Any:
+        store = SqliteStore(path, clock=lambda: T0)
+        try:
+            return await store.get("shared")
+        finally:
+            await store.close()
+
+    got = asyncio.run(read())
+    assert got is not None
+    assert (got.errors, got.requests, got.channels) == (200, 200, {"unknown_tool": 200})
+
+
+def test_open_store_memory_gives_a_memory_store() -> None:
+    assert isinstance(open_store("memory"), MemoryStore)
+
+
+@pytest.mark.parametrize("relative", [False, True])
+async def test_open_store_sqlite_url_names_an_absolute_or_relative_file(
+    relative: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    url = "sqlite:///./data/s.db" if relative else f"sqlite://{tmp_path}/data/s.db"
+    store = open_store(url, ttl_seconds=60)
+    try:
+        assert isinstance(store, SqliteStore)
+        await store.record("s1", max_errors=10, errors=1, now=T0)
+    finally:
+        await store.close()
+    assert (tmp_path / "data" / "s.db").is_file()
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis://localhost:6379/0", "redis"),
+        ("postgres://db/sessions", "unknown session store"),
+        ("sqlite:///", "names no database file"),
+        ("", "unknown session store"),
+    ],
+)
+def test_open_store_refuses_what_it_cannot_open_and_lists_the_valid_forms(
+    url: str, says: str
+) -> None:
+    with pytest.raises(ConfigError, match=says) as caught:
+        open_store(url)
+    assert "sqlite:///" in caught.value.message
+
+
+def test_a_database_path_that_cannot_be_created_is_a_config_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ConfigError, match="cannot open session database"):
+        SqliteStore(blocker / "sessions.db")
+
+
+def test_a_non_positive_ttl_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="ttl"):
+        MemoryStore(ttl_seconds=0)
+    with pytest.raises(ConfigError, match="ttl"):
+        open_store(f"sqlite://{tmp_path}/s.db", ttl_seconds=-1)
