@@ -583,6 +583,25 @@ def test_repair_usage_is_added_to_the_usage_the_client_receives() -> None:
     assert assembler.to_completion()["usage"] == summed
 
 
+def test_usage_sent_on_a_held_finish_chunk_reaches_the_client_on_the_released_finish() -> None:
+    usage = {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}
+    deltas = [{"role": "assistant"}, *tool_call_deltas(0, GOOD_CALL, ["{", "}"])]
+    chunks = [{**make_chunk(0, d), "usage": None} for d in deltas]
+    finish = {**make_chunk(0, {}, "tool_calls"), "usage": usage}
+    body = relay([sse(*chunks, finish)])
+    assert sdk_accumulate(body).usage.to_dict() == usage
+
+
+def test_a_tool_call_id_repeated_on_every_delta_is_kept_once() -> None:
+    assembler = ChunkAssembler()
+    for piece in ['{"order_id"', ': "#W1"}']:
+        entry = {"index": 0, "id": "call_1", "function": {"name": "", "arguments": piece}}
+        assembler.add(make_chunk(0, {"tool_calls": [entry]}))
+    assembler.add(make_chunk(0, {}, "tool_calls"))
+    [finished] = assembler.take_finished()
+    assert finished.message["tool_calls"] == [make_tool_call("call_1", "", '{"order_id": "#W1"}')]
+
+
 def test_a_choice_is_released_only_once_and_only_after_it_finished() -> None:
     assembler = ChunkAssembler()
     assembler.add(make_chunk(0, {"role": "assistant", "content": "Hi"}))
