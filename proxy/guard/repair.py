@@ -1,0 +1,348 @@
+"""Repairs for an invalid assistant message (DESIGN §6): the messages of a corrective re-ask, the
+message with its invalid calls stripped, and the local fixes that need no model call.
+
+A re-ask appends to the request's messages the assistant's message, one `role: tool` answer per
+call it made (a corrective text for an invalid call, "not executed" for a valid one), and one
+`role: user` message for what has no call id to answer (leaked calls, an empty response, a
+`tool_choice` that required a call, calls without an id). Every function here copies; none changes
+its input.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import json
+from collections.abc import Sequence
+from typing import Any, Final
+
+from proxy.guard.channels import Channel, Violation
+from proxy.guard.toolcheck import ToolIndex
+
+NOT_EXECUTED: Final = (
+    "Not executed: another tool call in the same message was invalid. "
+    "Repeat this call if it is still needed."
+)
+_SCHEMA_TEXT_LIMIT: Final = 800
+_DECODER: Final = json.JSONDecoder()
+
+
+class RepairMode(enum.StrEnum):
+    """Whether an invalid response is re-asked (`reask`) or passed on as it is (`off`)."""
+
+    OFF = "off"
+    REASK = "reask"
+
+
+class OnUnrepaired(enum.StrEnum):
+    """What the client gets when repair failed: the last response, it without its invalid calls,
+    or an error."""
+
+    PASSTHROUGH = "passthrough"
+    STRIP = "strip"
+    REJECT = "reject"
+
+
+def corrective_messages(
+    message: dict[str, Any], violations: Sequence[Violation], index: ToolIndex
+) -> list[dict[str, Any]]:
+    """The messages to append to the original request's messages for a corrective re-ask.
+
+    Returns `[assistant, *tool answers, user?]`: the assistant message as the model sent it,
+    reduced to `role`, `content` and the `tool_calls` that have an id (an OpenAI-compatible server
+    rejects a call without one, and every call it carries is answered); one `role: tool` message
+    per such call, in order; and one `role: user` message gathering everything else. Returns an
+    empty list when there is nothing to correct.
+    """
+    if not violations:
+        return []
+    calls = _calls_of(message)
+    per_call: dict[int, list[Violation]] = {}
+    message_level: list[Violation] = []
+    for violation in violations:
+        if violation.call_index is not None and 0 <= violation.call_index < len(calls):
+            per_call.setdefault(violation.call_index, []).append(violation)
+        else:
+            message_level.append(violation)
+
+    kept_calls: list[dict[str, Any]] = []
+    answers: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for position, call in enumerate(calls):
+        problems = per_call.get(position, [])
+        call_id = call.get("id")
+        name = _name_of(call)
+        if not isinstance(call_id, str) or not call_id:
+            prefix = f"Your tool call to '{name}'" if name else "Your tool call"
+            if problems:
+                notes += [
+                    f"{prefix} was not executed. {_call_text(v, name, index)}" for v in problems
+                ]
+            else:
+                notes.append(
+                    f"{prefix} was not executed because another call was invalid; repeat it if still needed."
+                )
+            continue
+        kept_calls.append(_clean_call(call))
+        text = "\n".join(_call_text(v, name, index) for v in problems) if problems else NOT_EXECUTED
+        answers.append({"role": "tool", "tool_call_id": call_id, "content": text})
+    notes += [_message_text(v, index) for v in message_level]
+
+    content = message.get("content")
+    assistant: dict[str, Any] = {"role": "assistant", "content": content}
+    if kept_calls:
+        assistant["tool_calls"] = kept_calls
+    elif content is None:
+        assistant["content"] = ""  # an assistant message without calls needs content
+    out = [assistant, *answers]
+    if notes:
+        out.append({"role": "user", "content": "\n".join(notes)})
+    return out
+
+
+def strip_invalid(message: dict[str, Any], violations: Sequence[Violation]) -> dict[str, Any]:
+    """A copy of `message` without the calls that have a violation.
+
+    Returns the copy; when no call remains it has no `tool_calls` key. Content is kept, and
+    message-level violations change nothing.
+    """
+    out = copy.deepcopy(message)
+    invalid = {v.call_index for v in violations if v.call_index is not None}
+    calls = out.get("tool_calls")
+    if not invalid or not isinstance(calls, list):
+        return out
+    kept = [call for position, call in enumerate(calls) if position not in invalid]
+    if kept:
+        out["tool_calls"] = kept
+    else:
+        del out["tool_calls"]
+    return out
+
+
+def local_fix(
+    message: dict[str, Any], violations: Sequence[Violation], index: ToolIndex
+) -> tuple[dict[str, Any], list[Violation]]:
+    """Fix what needs no model call: a near-miss tool name, arguments in a fence or with trailing text.
+
+    An unknown name becomes the one declared name `closest_tool_name` finds; malformed arguments
+    become the JSON object `recover_arguments` finds. Returns a fixed copy of `message` and the
+    violations it fixed (the copy equals the message when the list is empty). The copy must be
+    validated again: a renamed call may not match its new tool's schema.
+    """
+    fixed = copy.deepcopy(message)
+    calls = fixed.get("tool_calls")
+    done: list[Violation] = []
+    if not isinstance(calls, list):
+        return fixed, done
+    for violation in violations:
+        position = violation.call_index
+        if (
+            position is None
+            or not 0 <= position < len(calls)
+            or not isinstance(calls[position], dict)
+        ):
+            continue
+        function = calls[position].get("function")
+        if not isinstance(function, dict):
+            continue
+        if violation.channel is Channel.UNKNOWN_TOOL:
+            name = function.get("name")
+            match = closest_tool_name(name, index.names) if isinstance(name, str) else None
+            if match is None:
+                continue
+            function["name"] = match
+            recovered = recover_arguments(function.get("arguments"))
+            if recovered is not None:
+                function["arguments"] = recovered
+            done.append(violation)
+        elif violation.channel is Channel.MALFORMED_ARGUMENTS:
+            recovered = recover_arguments(function.get("arguments"))
+            if recovered is not None:
+                function["arguments"] = recovered
+                done.append(violation)
+    return fixed, done
+
+
+def closest_tool_name(name: str, names: Sequence[str]) -> str | None:
+    """The one declared name within edit distance 2 of `name`, ignoring case; None if none or several.
+
+    The distance may also be at most a third of the name's length, so that short names are not
+    guessed (`get` is not a misspelt `set`).
+    """
+    wanted = name.lower()
+    limit = min(2, len(wanted) // 3)
+    if limit == 0:
+        return None
+    found = [
+        candidate for candidate in names if edit_distance(wanted, candidate.lower(), limit) <= limit
+    ]
+    found = [candidate for candidate in found if candidate != name]
+    return found[0] if len(found) == 1 else None
+
+
+def edit_distance(a: str, b: str, limit: int) -> int:
+    """Levenshtein distance of `a` and `b`, or `limit + 1` as soon as it must exceed `limit`."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    previous = list(range(len(b) + 1))
+    for i, char_a in enumerate(a, start=1):
+        current = [i]
+        for j, char_b in enumerate(b, start=1):
+            current.append(
+                min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (char_a != char_b))
+            )
+        if min(current) > limit:
+            return limit + 1
+        previous = current
+    return previous[-1]
+
+
+def recover_arguments(arguments: object) -> str | None:
+    """The JSON object text inside fenced or trailing-text arguments, or None if there is none.
+
+    Accepts "```json\\n{…}\\n```" and "{…} followed by text"; the object must start the text (after
+    the fence) so that nothing the model wrote before it is guessed away.
+    """
+    if not isinstance(arguments, str):
+        return None
+    text = arguments.strip()
+    if text.startswith("```"):
+        first_line_end = text.find("\n")
+        text = text[first_line_end + 1 :] if first_line_end != -1 else text[3:]
+        closing = text.rfind("```")
+        text = (text[:closing] if closing != -1 else text).strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        value, end = _DECODER.raw_decode(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict) or text[:end] == arguments:
+        return None
+    return text[:end]
+
+
+def _call_text(violation: Violation, name: str, index: ToolIndex) -> str:
+    shown = name or "(no name)"
+    channel = violation.channel
+    if channel is Channel.UNKNOWN_TOOL:
+        return _unknown_tool_text(name, index)
+    if channel is Channel.MALFORMED_ARGUMENTS:
+        return (
+            f"Error: {violation.message}. The arguments must be one JSON object"
+            f"{_expected(index.schema(name), ' matching this schema: ')}. Call '{shown}' again."
+        )
+    if channel is Channel.SCHEMA_VIOLATION:
+        schema = index.schema(name)
+        expected = [
+            f"{pointer or '/'} must match {_compact(part)}"
+            for pointer in violation.pointers
+            if (part := schema_at(schema, pointer)) is not None
+        ]
+        hint = "; ".join(expected) if expected else _expected(schema, "the parameters are ")
+        return f"Error: {violation.message}. Expected: {hint}. Call '{shown}' again with corrected arguments."
+    if channel is Channel.TRUNCATED:
+        return (
+            f"Error: the call to '{shown}' was cut off at the token limit before its arguments were "
+            "complete. Call it again with complete arguments, and keep them short."
+        )
+    if channel is Channel.TOOL_CHOICE_VIOLATION:
+        return f"Error: not executed: {violation.message}."
+    return f"Error: {violation.message}."
+
+
+def _unknown_tool_text(name: str, index: ToolIndex) -> str:
+    subject = f"tool '{name}' does not exist" if name else "the tool call names no tool"
+    if not index.names:
+        return f"Error: {subject}. No tools are available; answer without a tool."
+    text = (
+        f"Error: {subject}. Available tools: {', '.join(index.names)}. "
+        "Call one of these, or answer without a tool."
+    )
+    suggestion = closest_tool_name(name, index.names) if name else None
+    return f"{text} Did you mean '{suggestion}'?" if suggestion else text
+
+
+def _message_text(violation: Violation, index: ToolIndex) -> str:
+    available = f" Available tools: {', '.join(index.names)}." if index.names else ""
+    name = violation.tool_name
+    channel = violation.channel
+    if channel is Channel.LEAKED_TOOL_CALL:
+        what = f"a call to '{name}'" if name else "a tool call"
+        return (
+            f"Your last reply wrote {what} as text in the message instead of making a tool call, so "
+            f"it was not executed. Make the call as a tool call, or answer without a tool.{available}"
+        )
+    if channel is Channel.TRUNCATED:
+        return (
+            "Your last reply was cut off at the token limit in the middle of a tool call. "
+            "Make the call again with complete arguments, and keep them short."
+        )
+    if channel is Channel.EMPTY_RESPONSE:
+        return f"Your last reply was empty. Answer, or call one of the available tools.{available}"
+    if channel is Channel.TOOL_CHOICE_VIOLATION:
+        if name:
+            return f"You must call the tool '{name}' now."
+        return f"You must call a tool now: {violation.message}.{available}"
+    return f"Your last reply could not be used: {violation.message}."
+
+
+def schema_at(schema: object, pointer: str) -> object | None:
+    """The part of `schema` that describes the instance at JSON `pointer`, or None if unknown.
+
+    Follows `properties` and `items` only (no `$ref`, no combinators), enough to name a field.
+    """
+    node = schema
+    parts = (
+        [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]] if pointer else []
+    )
+    for part in parts:
+        if not isinstance(node, dict):
+            return None
+        properties = node.get("properties")
+        if isinstance(properties, dict) and part in properties:
+            node = properties[part]
+        elif part.isdigit() and isinstance(node.get("items"), dict):
+            node = node["items"]
+        else:
+            return None
+    return node
+
+
+def _expected(schema: object, prefix: str) -> str:
+    return f"{prefix}{_compact(schema)}" if schema else ""
+
+
+def _compact(schema: object) -> str:
+    text = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+    return text if len(text) <= _SCHEMA_TEXT_LIMIT else text[: _SCHEMA_TEXT_LIMIT - 1] + "…"
+
+
+def _calls_of(message: dict[str, Any]) -> list[dict[str, Any]]:
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return []
+    return [call if isinstance(call, dict) else {} for call in calls]
+
+
+def _name_of(call: dict[str, Any]) -> str:
+    function = call.get("function")
+    name = function.get("name") if isinstance(function, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+def _clean_call(call: dict[str, Any]) -> dict[str, Any]:
+    """The call as a request accepts it back: id, type, and function name and arguments (a string)."""
+    kind = call.get("type") or "function"
+    if kind != "function":
+        return copy.deepcopy(call)
+    function = call.get("function")
+    function = function if isinstance(function, dict) else {}
+    arguments = function.get("arguments")
+    if not isinstance(arguments, str):
+        arguments = "" if arguments is None else json.dumps(arguments, ensure_ascii=False)
+    return {
+        "id": call["id"],
+        "type": "function",
+        "function": {"name": _name_of(call), "arguments": arguments},
+    }
