@@ -68,8 +68,12 @@ def main() -> None:
     said = hallucinated["choices"][0]["message"]["tool_calls"][0]["function"]
     asked_back = script.requests[1]["messages"][-1]["content"]
     received = raw.parse().choices[0].message.tool_calls[0].function  # type: ignore[index]
-    console.print(Panel.fit("toolsentry — the repair story (a scripted upstream, real HTTP)", style="bold"))
-    console.print(f"[red]1. The model called[/]  {said['name']}({said['arguments']})  — not in the request's tools")
+    console.print(
+        Panel.fit("toolsentry — the repair story (a scripted upstream, real HTTP)", style="bold")
+    )
+    console.print(
+        f"[red]1. The model called[/]  {said['name']}({said['arguments']})  — not in the request's tools"
+    )
     console.print(f"[yellow]2. The proxy re-asked[/] {asked_back}")
     console.print(f"[green]3. The client received[/] {received.name}({received.arguments})")
     table = Table(title="x-toolsentry-* headers and the session's counts")

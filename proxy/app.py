@@ -224,7 +224,10 @@ def create_app(
                 **({"body": body} if settings.log_bodies else {}),
             )
             return Response(
-                result.content(), status_code=result.status, headers=result.headers, media_type=_JSON
+                result.content(),
+                status_code=result.status,
+                headers=result.headers,
+                media_type=_JSON,
             )
         return result
 
@@ -328,4 +331,3 @@ def create_app(
         )
 
     return app
-

@@ -49,7 +49,7 @@ def _upstreams_from_urls(urls: list[str]) -> list[dict[str, Any]]:
 
 
 def _fail(message: str) -> typer.Exit:
-    _err.print(f"[bold red]error:[/] {message}")
+    _err.print(f"[bold red]error:[/] {message}", soft_wrap=True, highlight=False)
     return typer.Exit(code=2)
 
 
@@ -78,11 +78,17 @@ def serve(
     ] = None,
     host: Annotated[
         str | None,
-        typer.Option(help="Address to listen on [default: 127.0.0.1].", envvar="TOOLSENTRY_HOST", show_envvar=True),
+        typer.Option(
+            help="Address to listen on [default: 127.0.0.1].",
+            envvar="TOOLSENTRY_HOST",
+            show_envvar=True,
+        ),
     ] = None,
     port: Annotated[
         int | None,
-        typer.Option(help="Port to listen on [default: 8000].", envvar="TOOLSENTRY_PORT", show_envvar=True),
+        typer.Option(
+            help="Port to listen on [default: 8000].", envvar="TOOLSENTRY_PORT", show_envvar=True
+        ),
     ] = None,
     workers: Annotated[
         int | None,
@@ -157,7 +163,9 @@ def serve(
     }
     if settings.workers > 1:
         os.environ[RESOLVED_SETTINGS_ENV] = settings.to_json_with_secrets()
-        uvicorn.run("proxy.cli:app_from_environment", factory=True, workers=settings.workers, **options)
+        uvicorn.run(
+            "proxy.cli:app_from_environment", factory=True, workers=settings.workers, **options
+        )
         return
     from proxy.app import create_app
 

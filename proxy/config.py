@@ -28,7 +28,9 @@ class UpstreamConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="A short name used in logs and error messages.")
-    base_url: str = Field(description="The server's OpenAI base URL, e.g. http://127.0.0.1:8001/v1.")
+    base_url: str = Field(
+        description="The server's OpenAI base URL, e.g. http://127.0.0.1:8001/v1."
+    )
     api_key_env: str | None = Field(
         default=None, description="Environment variable holding the upstream's API key."
     )
@@ -60,7 +62,9 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=0, le=65535)
     workers: int = Field(default=1, ge=1)
 
-    store: str = Field(default="memory", description="memory | sqlite:///path | redis://host:port/db")
+    store: str = Field(
+        default="memory", description="memory | sqlite:///path | redis://host:port/db"
+    )
     session_ttl_seconds: int = Field(default=86_400, ge=1)
     session_header: str = "x-session-id"
 
@@ -74,7 +78,8 @@ class Settings(BaseSettings):
     max_reasks: int = Field(default=2, ge=0, le=10)
     on_unrepaired: OnUnrepaired = OnUnrepaired.PASSTHROUGH
     local_fixes: bool = Field(
-        default=False, description="Fix near-miss tool names and fenced arguments without a model call."
+        default=False,
+        description="Fix near-miss tool names and fenced arguments without a model call.",
     )
     allow_overrides: bool = Field(
         default=True,
@@ -93,6 +98,12 @@ class Settings(BaseSettings):
     log_bodies: bool = False
 
     _yaml_file: ClassVar[Path | None] = None
+
+    @field_validator("repair", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        # YAML 1.1 reads a bare `off` as false; `repair: off` must still mean off.
+        return "off" if value is False else value
 
     @classmethod
     def settings_customise_sources(
@@ -159,7 +170,9 @@ def read_config_file(path: Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must be a mapping of settings, not {type(data).__name__}")
+        raise ConfigError(
+            f"config file {path} must be a mapping of settings, not {type(data).__name__}"
+        )
     return {str(k).replace("-", "_"): v for k, v in data.items()}
 
 

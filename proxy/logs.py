@@ -9,16 +9,30 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import MutableMapping
-from typing import IO, Any
+from typing import Any, TextIO
 
 import orjson
 import structlog
 
 REDACTED = "[redacted]"
 _SECRET_KEYS = frozenset(
-    {"authorization", "api_key", "api-key", "x-api-key", "admin_key", "api_keys", "password", "token"}
+    {
+        "authorization",
+        "api_key",
+        "api-key",
+        "x-api-key",
+        "admin_key",
+        "api_keys",
+        "password",
+        "token",
+    }
 )
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
 def redact(value: Any) -> Any:
@@ -44,7 +58,7 @@ def _render(logger: Any, method: str, event: MutableMapping[str, Any]) -> str:
     return orjson.dumps(event, default=str).decode()
 
 
-def configure_logging(level: str = "info", stream: IO[str] | None = None) -> None:
+def configure_logging(level: str = "info", stream: TextIO | None = None) -> None:
     """Set up structlog to write one JSON object per line to `stream` (stderr by default)."""
     structlog.configure(
         processors=[

@@ -9,10 +9,27 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter as PromCounter, Histogram, generate_latest
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import Counter as PromCounter
 
-_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -25,7 +42,10 @@ class Metrics:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = PromCounter(
-            "toolsentry_requests", "Chat requests by final HTTP status.", ["model", "status"], registry=r
+            "toolsentry_requests",
+            "Chat requests by final HTTP status.",
+            ["model", "status"],
+            registry=r,
         )
         self.tool_calls = PromCounter(
             "toolsentry_tool_calls",
@@ -34,7 +54,10 @@ class Metrics:
             registry=r,
         )
         self.violations = PromCounter(
-            "toolsentry_violations", "Violations found, by channel.", ["model", "channel"], registry=r
+            "toolsentry_violations",
+            "Violations found, by channel.",
+            ["model", "channel"],
+            registry=r,
         )
         self.repairs = PromCounter(
             "toolsentry_repairs",

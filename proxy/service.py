@@ -189,7 +189,9 @@ class ChatService:
         turn = Turn(body, model, session, budget, repair, index, upstream, started, record)
         if budget.exhausted(record.errors) and budget.policy is not ExhaustionPolicy.OBSERVE:
             self.metrics.budget_exhausted.labels(model).inc()
-            self.metrics.requests.labels(model, "429" if budget.policy is ExhaustionPolicy.REJECT else "200").inc()
+            self.metrics.requests.labels(
+                model, "429" if budget.policy is ExhaustionPolicy.REJECT else "200"
+            ).inc()
             headers_out = self._headers(turn)
             message = (
                 f"session '{session}' has used its error budget: {record.errors} tool errors "
@@ -197,7 +199,9 @@ class ChatService:
             )
             if budget.policy is ExhaustionPolicy.REJECT:
                 raise BudgetExhaustedError(
-                    message, code="error_budget_exhausted", headers={**headers_out, "x-should-retry": "false"}
+                    message,
+                    code="error_budget_exhausted",
+                    headers={**headers_out, "x-should-retry": "false"},
                 )
             return ChatResult(200, headers_out, body=finish_completion(body.get("model"), message))
         return turn
@@ -224,9 +228,13 @@ class ChatService:
         if self.settings.local_fixes:
             current, fixed = local_fix(current, remaining, turn.index)
             if fixed:
-                remaining = validate(current, tools, tool_choice, finish_reason=reason, index=turn.index)
+                remaining = validate(
+                    current, tools, tool_choice, finish_reason=reason, index=turn.index
+                )
                 for violation in fixed:
-                    self.metrics.repairs.labels(turn.model, violation.channel.value, "local_fix").inc()
+                    self.metrics.repairs.labels(
+                        turn.model, violation.channel.value, "local_fix"
+                    ).inc()
 
         if remaining and turn.repair is RepairMode.REASK and self.settings.max_reasks > 0:
             current, reason, remaining, extra_usage = await self._reask(
@@ -263,7 +271,9 @@ class ChatService:
                 code=remaining[0].channel.value,
                 headers=self._headers(turn),
             )
-        return SettledChoice(current, reason, found, False, remaining, extra_usage, current is not message)
+        return SettledChoice(
+            current, reason, found, False, remaining, extra_usage, current is not message
+        )
 
     async def finish(self, turn: Turn) -> dict[str, str]:
         """Account the turn in the session store and metrics; return the x-toolsentry-* headers."""
@@ -287,7 +297,9 @@ class ChatService:
         self.metrics.requests.labels(turn.model, "200").inc()
         total = time.perf_counter() - turn.started
         self.metrics.upstream_seconds.labels(turn.model).observe(turn.upstream_seconds)
-        self.metrics.overhead_seconds.labels(turn.model).observe(max(0.0, total - turn.upstream_seconds))
+        self.metrics.overhead_seconds.labels(turn.model).observe(
+            max(0.0, total - turn.upstream_seconds)
+        )
         return self._headers(turn)
 
     async def upstream_failed(self, turn: Turn, exc: UpstreamError) -> None:
@@ -376,7 +388,8 @@ class ChatService:
                     ) from None
                 if asked < 1:
                     raise BadRequestError(
-                        "x-toolsentry-max-errors must be at least 1", param="x-toolsentry-max-errors"
+                        "x-toolsentry-max-errors must be at least 1",
+                        param="x-toolsentry-max-errors",
                     )
                 max_errors = min(max_errors, asked)
             mode = headers.get("x-toolsentry-repair")
@@ -412,9 +425,7 @@ class ChatService:
         }
 
 
-def parse_completion(
-    data: Any, upstream: str
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def parse_completion(data: Any, upstream: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Check that an upstream's 200 body is a chat completion; return it and its choices.
 
     Raises UpstreamProtocolError naming the upstream when it is not.

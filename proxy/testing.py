@@ -25,7 +25,9 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 
-def tool_call(name: str, arguments: dict[str, Any] | str, *, id: str | None = None) -> dict[str, Any]:
+def tool_call(
+    name: str, arguments: dict[str, Any] | str, *, id: str | None = None
+) -> dict[str, Any]:
     """An OpenAI tool call; dict arguments are serialised to the JSON string the API carries."""
     args = arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
     return {
@@ -158,13 +160,19 @@ class ScriptedUpstream:
             yield b"data: [DONE]\n\n"
 
     async def _models(self, request: Request) -> Response:
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in self.models]
-        return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
+        data = [
+            {"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in self.models
+        ]
+        return Response(
+            orjson.dumps({"object": "list", "data": data}), media_type="application/json"
+        )
 
     async def _echo(self, request: Request) -> Response:
         raw = await request.body()
         return Response(
-            orjson.dumps({"path": request.url.path, "method": request.method, "body": raw.decode()}),
+            orjson.dumps(
+                {"path": request.url.path, "method": request.method, "body": raw.decode()}
+            ),
             media_type="application/json",
         )
 
@@ -185,7 +193,9 @@ class LoopbackServer:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", port or 0))
         self.port: int = self._sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="error", access_log=False, lifespan="on", loop="asyncio")
+        config = uvicorn.Config(
+            app, log_level="error", access_log=False, lifespan="on", loop="asyncio"
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._run, daemon=True)
 

@@ -156,7 +156,7 @@ class AiohttpUpstream:
     def _retrying(self) -> AsyncRetrying:
         return AsyncRetrying(
             stop=stop_after_attempt(self._retries + 1),
-            wait=wait_exponential_jitter(initial=0.05, max=2.0),
+            wait=wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
             retry=retry_if_exception_type((UpstreamConnectError, UpstreamTimeoutError, _Retryable)),
             reraise=True,
         )
@@ -215,7 +215,10 @@ class AiohttpUpstream:
                     candidate = await self._client().post(url, data=body, headers=sent_headers)
                 except Exception as exc:
                     raise translate(exc, self.name, url) from exc
-                if candidate.status in RETRYABLE_STATUS and attempt.retry_state.attempt_number <= self._retries:
+                if (
+                    candidate.status in RETRYABLE_STATUS
+                    and attempt.retry_state.attempt_number <= self._retries
+                ):
                     candidate.release()
                     raise UpstreamConnectError(
                         f"upstream '{self.name}' answered {candidate.status}"
@@ -255,7 +258,9 @@ class _Retryable(Exception):
 
 # Most specific first: a timeout (504) differs from a refused connection (502), and a body that
 # breaks off differs from both. `error_class_for` walks this table in order.
-_TRANSLATIONS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], type[UpstreamError], str], ...] = (
+_TRANSLATIONS: tuple[
+    tuple[type[BaseException] | tuple[type[BaseException], ...], type[UpstreamError], str], ...
+] = (
     ((asyncio.TimeoutError, aiohttp.ServerTimeoutError), UpstreamTimeoutError, "timed out"),
     (aiohttp.ClientPayloadError, UpstreamProtocolError, "broke off its response"),
     (

@@ -17,14 +17,20 @@ def make_tool(
         params["required"] = required
     if additional is not None:
         params["additionalProperties"] = additional
-    return {"type": "function", "function": {"name": name, "description": f"{name} tool", "parameters": params}}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": f"{name} tool", "parameters": params},
+    }
 
 
 RETAIL_TOOLS = [
     make_tool("get_order_details", {"order_id": {"type": "string"}}, ["order_id"]),
     make_tool(
         "cancel_pending_order",
-        {"order_id": {"type": "string"}, "reason": {"type": "string", "enum": ["no longer needed", "ordered by mistake"]}},
+        {
+            "order_id": {"type": "string"},
+            "reason": {"type": "string", "enum": ["no longer needed", "ordered by mistake"]},
+        },
         ["order_id", "reason"],
     ),
     make_tool("find_user_id_by_email", {"email": {"type": "string"}}, ["email"]),
@@ -32,7 +38,10 @@ RETAIL_TOOLS = [
 
 
 def make_request(
-    content: str = "Cancel order #W1 please.", *, tools: list[dict[str, Any]] | None = None, **extra: Any
+    content: str = "Cancel order #W1 please.",
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    **extra: Any,
 ) -> dict[str, Any]:
     return {
         "model": "scripted-model",

@@ -38,9 +38,13 @@ def test_models_merges_every_upstreams_list(upstream: RunningUpstream) -> None:
             client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
             assert sorted(m.id for m in client.models.list()) == ["other-model", "scripted-model"]
             other.push(completion("from b"))
-            reply = client.chat.completions.create(**make_request(tools=[]) | {"model": "other-model"})
+            reply = client.chat.completions.create(
+                **make_request(tools=[]) | {"model": "other-model"}
+            )
             assert reply.choices[0].message.content == "from b"
-            with pytest.raises(openai.NotFoundError, match="served models: other-model, scripted-model"):
+            with pytest.raises(
+                openai.NotFoundError, match="served models: other-model, scripted-model"
+            ):
                 client.chat.completions.create(**make_request() | {"model": "nobody"})
 
 
@@ -51,14 +55,20 @@ def test_health_and_readiness(proxy: RunningProxy) -> None:
 
 
 def test_readiness_fails_when_no_upstream_answers(make_proxy: Callable[..., RunningProxy]) -> None:
-    proxy = make_proxy(upstreams=[{"name": "gone", "base_url": f"http://127.0.0.1:{free_port()}/v1"}], retries=0)
+    proxy = make_proxy(
+        upstreams=[{"name": "gone", "base_url": f"http://127.0.0.1:{free_port()}/v1"}], retries=0
+    )
     with proxy.http() as http:
         assert_openai_error(http.get("/readyz"), 503, "upstream_unavailable")
 
 
-def test_an_unreachable_upstream_gives_a_502_naming_it(make_proxy: Callable[..., RunningProxy]) -> None:
+def test_an_unreachable_upstream_gives_a_502_naming_it(
+    make_proxy: Callable[..., RunningProxy],
+) -> None:
     port = free_port()
-    proxy = make_proxy(upstreams=[{"name": "vllm-a", "base_url": f"http://127.0.0.1:{port}/v1"}], retries=1)
+    proxy = make_proxy(
+        upstreams=[{"name": "vllm-a", "base_url": f"http://127.0.0.1:{port}/v1"}], retries=1
+    )
     with proxy.http() as http:
         response = http.post("/v1/chat/completions", json=make_request())
     assert_openai_error(response, 502, "upstream_connect_error")
@@ -67,7 +77,9 @@ def test_an_unreachable_upstream_gives_a_502_naming_it(make_proxy: Callable[...,
 
 def test_other_endpoints_are_proxied_raw(proxy: RunningProxy) -> None:
     with proxy.http() as http:
-        embeddings = http.post("/v1/embeddings", json={"model": "scripted-model", "input": "x"}).json()
+        embeddings = http.post(
+            "/v1/embeddings", json={"model": "scripted-model", "input": "x"}
+        ).json()
         tokenize = http.post("/tokenize", json={"prompt": "x"}).json()
     assert embeddings["path"] == "/v1/embeddings"
     assert tokenize["path"] == "/tokenize"
@@ -75,13 +87,22 @@ def test_other_endpoints_are_proxied_raw(proxy: RunningProxy) -> None:
 
 def test_invalid_json_is_a_400_in_the_openai_shape(proxy: RunningProxy) -> None:
     with proxy.http() as http:
-        response = http.post("/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+        response = http.post(
+            "/v1/chat/completions",
+            content=b"{not json",
+            headers={"content-type": "application/json"},
+        )
     assert_openai_error(response, 400, "invalid_request_error")
 
 
 @pytest.mark.parametrize(
     "body",
-    [[1, 2], {"model": "m"}, {"model": "m", "messages": []}, {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": "no"}],
+    [
+        [1, 2],
+        {"model": "m"},
+        {"model": "m", "messages": []},
+        {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": "no"},
+    ],
 )
 def test_malformed_requests_are_400s(proxy: RunningProxy, body: object) -> None:
     with proxy.http() as http:
@@ -103,31 +124,54 @@ def test_client_keys_are_required_when_configured(
     upstream.script.push(completion("hi"))
     with pytest.raises(openai.AuthenticationError):
         proxy.client(api_key="wrong").chat.completions.create(**make_request())
-    assert proxy.client(api_key="k2").chat.completions.create(**make_request()).choices[0].message.content == "hi"
+    assert (
+        proxy.client(api_key="k2")
+        .chat.completions.create(**make_request())
+        .choices[0]
+        .message.content
+        == "hi"
+    )
     with proxy.http() as http:
-        assert_openai_error(http.get("/v1/sessions", headers={"authorization": "Bearer k1"}), 401, "authentication_error")
+        assert_openai_error(
+            http.get("/v1/sessions", headers={"authorization": "Bearer k1"}),
+            401,
+            "authentication_error",
+        )
         assert http.get("/v1/sessions", headers={"authorization": "Bearer root"}).status_code == 200
 
 
-def test_session_api_lists_shows_and_deletes(proxy: RunningProxy, upstream: RunningUpstream) -> None:
+def test_session_api_lists_shows_and_deletes(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
     upstream.script.push(completion(tool_calls=[tool_call("nope", {})]))
     client = proxy.client()
     for session, times in (("quiet", 1), ("noisy", 2)):
         for _ in range(times):
             client.chat.completions.create(
-                **make_request(), extra_headers={"x-session-id": session, "x-toolsentry-repair": "off"}
+                **make_request(),
+                extra_headers={"x-session-id": session, "x-toolsentry-repair": "off"},
             )
     with proxy.http() as http:
         failing = http.get("/v1/sessions", params={"order": "failing"}).json()["data"]
         assert [s["session"] for s in failing] == ["noisy", "quiet"]
         shown = http.get("/v1/sessions/noisy").json()
         assert set(shown) == {
-            "session", "errors", "max_errors", "exhausted", "repairs", "channels", "requests", "created_at", "updated_at",
+            "session",
+            "errors",
+            "max_errors",
+            "exhausted",
+            "repairs",
+            "channels",
+            "requests",
+            "created_at",
+            "updated_at",
         }
         assert shown["errors"] == 2
         assert http.delete("/v1/sessions/noisy").status_code == 200
         assert_openai_error(http.get("/v1/sessions/noisy"), 404, "not_found_error")
-        assert_openai_error(http.get("/v1/sessions", params={"order": "sideways"}), 400, "invalid_request_error")
+        assert_openai_error(
+            http.get("/v1/sessions", params={"order": "sideways"}), 400, "invalid_request_error"
+        )
 
 
 def test_session_id_falls_back_to_the_body_and_then_a_conversation_fingerprint(

@@ -25,7 +25,17 @@ REPO = Path(__file__).resolve().parents[2]
 def test_serve_help_documents_every_option() -> None:
     result = runner.invoke(app, ["serve", "--help"], env={"COLUMNS": "200", "TERM": "dumb"})
     assert result.exit_code == 0
-    for option in ("--upstream", "--config", "--host", "--port", "--workers", "--store", "--max-errors", "--repair", "--log-level"):
+    for option in (
+        "--upstream",
+        "--config",
+        "--host",
+        "--port",
+        "--workers",
+        "--store",
+        "--max-errors",
+        "--repair",
+        "--log-level",
+    ):
         assert option in result.output
     assert "TOOLSENTRY_MAX_ERRORS" in result.output
 
@@ -55,7 +65,9 @@ def test_check_config_prints_resolved_settings_with_secrets_masked(tmp_path: Pat
         ("upstreams: [{name: x, base_url: 'http://h/v1'}]\nbogus: 1\n", "bogus"),
     ],
 )
-def test_check_config_rejects_bad_files_with_a_clear_message(tmp_path: Path, text: str, expected: str) -> None:
+def test_check_config_rejects_bad_files_with_a_clear_message(
+    tmp_path: Path, text: str, expected: str
+) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text(text)
     result = runner.invoke(app, ["check-config", str(config)])
@@ -79,7 +91,18 @@ def test_serve_without_an_upstream_says_how_to_give_one() -> None:
 def test_serve_runs_as_a_process_in_front_of_an_upstream(upstream: RunningUpstream) -> None:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "serve", "--upstream", upstream.base_url, "--port", str(port), "--max-errors", "4"],
+        [
+            sys.executable,
+            "-m",
+            "proxy.cli",
+            "serve",
+            "--upstream",
+            upstream.base_url,
+            "--port",
+            str(port),
+            "--max-errors",
+            "4",
+        ],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

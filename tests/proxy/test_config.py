@@ -8,7 +8,9 @@ from proxy.config import load_settings
 from proxy.errors import ConfigError
 
 
-def test_flags_beat_environment_which_beats_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flags_beat_environment_which_beats_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("max_errors: 3\nport: 9001\nhost: 0.0.0.0\n")
     monkeypatch.setenv("TOOLSENTRY_PORT", "9002")
@@ -18,14 +20,17 @@ def test_flags_beat_environment_which_beats_the_file(tmp_path: Path, monkeypatch
 
 
 def test_upstreams_come_from_the_environment_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TOOLSENTRY_UPSTREAMS", '[{"name": "v", "base_url": "http://127.0.0.1:1/v1/", "models": ["m"]}]')
+    monkeypatch.setenv(
+        "TOOLSENTRY_UPSTREAMS",
+        '[{"name": "v", "base_url": "http://127.0.0.1:1/v1/", "models": ["m"]}]',
+    )
     settings = load_settings()
     assert settings.upstreams[0].base_url == "http://127.0.0.1:1/v1"
     assert settings.upstreams[0].models == ["m"]
 
 
 def test_a_missing_file_is_a_config_error_naming_it(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="missing.yaml"):
+    with pytest.raises(ConfigError, match=r"missing\.yaml"):
         load_settings(tmp_path / "missing.yaml")
 
 

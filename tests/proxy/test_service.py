@@ -18,7 +18,9 @@ from tests.proxy.conftest import RunningProxy, RunningUpstream
 VALID_CANCEL = tool_call("cancel_pending_order", {"order_id": "#W1", "reason": "no longer needed"})
 
 
-def chat(proxy: RunningProxy, session: str, request: dict[str, Any] | None = None, **headers: str) -> Any:
+def chat(
+    proxy: RunningProxy, session: str, request: dict[str, Any] | None = None, **headers: str
+) -> Any:
     client = proxy.client()
     body = request or make_request()
     return client.chat.completions.with_raw_response.create(
@@ -54,19 +56,28 @@ def test_hallucinated_tool_is_reasked_and_client_receives_the_valid_call(
     # The re-ask carried the bad call back with a corrective tool message naming the real tools.
     reask = upstream.script.requests[1]["messages"]
     assert reask[-2]["role"] == "assistant"
-    assert reask[-1]["role"] == "tool" and reask[-1]["tool_call_id"] == "call_bad"
-    assert "cancel_order" in reask[-1]["content"] and "cancel_pending_order" in reask[-1]["content"]
+    assert reask[-1]["role"] == "tool"
+    assert reask[-1]["tool_call_id"] == "call_bad"
+    assert "cancel_order" in reask[-1]["content"]
+    assert "cancel_pending_order" in reask[-1]["content"]
     session = proxy.session("s-halluc")
     assert session["channels"] == {"unknown_tool": 1}
-    assert session["repairs"] == 1 and session["errors"] == 0
+    assert session["repairs"] == 1
+    assert session["errors"] == 0
 
 
 @pytest.mark.parametrize(
     ("bad_call", "channel"),
     [
-        (tool_call("cancel_pending_order", '{"order_id": "#W1", "reason": '), "malformed_arguments"),
+        (
+            tool_call("cancel_pending_order", '{"order_id": "#W1", "reason": '),
+            "malformed_arguments",
+        ),
         (tool_call("cancel_pending_order", {"order_id": "#W1"}), "schema_violation"),
-        (tool_call("cancel_pending_order", {"order_id": "#W1", "reason": "bored"}), "schema_violation"),
+        (
+            tool_call("cancel_pending_order", {"order_id": "#W1", "reason": "bored"}),
+            "schema_violation",
+        ),
     ],
 )
 def test_malformed_and_schema_violating_arguments_are_repaired(
@@ -102,7 +113,8 @@ def test_an_unrepairable_call_passes_through_and_costs_one_error(
     assert raw.headers["x-toolsentry-violations"] == "unknown_tool"
     assert len(upstream.script.requests) == 3  # the original and max_reasks=2 re-asks
     session = proxy.session("s-unrepaired")
-    assert session["errors"] == 1 and session["channels"] == {"unknown_tool": 1}
+    assert session["errors"] == 1
+    assert session["channels"] == {"unknown_tool": 1}
 
 
 def test_repair_off_passes_the_failure_through_without_reasking(
@@ -182,10 +194,16 @@ def test_observe_policy_counts_past_the_budget_and_never_refuses(
     assert proxy.session("s-observe")["exhausted"] is True
 
 
-def _with_tool_result(call_id: str, content: str, *, name: str = "get_order_details") -> dict[str, Any]:
+def _with_tool_result(
+    call_id: str, content: str, *, name: str = "get_order_details"
+) -> dict[str, Any]:
     request = make_request()
     request["messages"] += [
-        {"role": "assistant", "content": None, "tool_calls": [tool_call(name, {"order_id": "#W9"}, id=call_id)]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [tool_call(name, {"order_id": "#W9"}, id=call_id)],
+        },
         {"role": "tool", "tool_call_id": call_id, "content": content},
     ]
     return request
@@ -212,7 +230,9 @@ def test_a_tool_error_for_a_call_already_counted_as_unrepaired_is_not_counted_tw
         completion(tool_calls=[tool_call("cancel_order", {}, id="call_x")]), completion("ok")
     )
     assert chat(proxy, "s-dup").headers["x-toolsentry-errors"] == "1"
-    follow_up = _with_tool_result("call_x", "Error: Tool 'cancel_order' not found.", name="cancel_order")
+    follow_up = _with_tool_result(
+        "call_x", "Error: Tool 'cancel_order' not found.", name="cancel_order"
+    )
     assert chat(proxy, "s-dup", follow_up).headers["x-toolsentry-errors"] == "1"
 
 
@@ -232,8 +252,14 @@ def test_sqlite_store_keeps_a_sessions_counts_across_a_proxy_restart(
 
 def test_usage_sums_every_attempt(proxy: RunningProxy, upstream: RunningUpstream) -> None:
     upstream.script.push(
-        completion(tool_calls=[tool_call("cancel_order", {})], usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}),
-        completion(tool_calls=[VALID_CANCEL], usage={"prompt_tokens": 150, "completion_tokens": 12, "total_tokens": 162}),
+        completion(
+            tool_calls=[tool_call("cancel_order", {})],
+            usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+        ),
+        completion(
+            tool_calls=[VALID_CANCEL],
+            usage={"prompt_tokens": 150, "completion_tokens": 12, "total_tokens": 162},
+        ),
     )
     usage = chat(proxy, "s-usage").parse().usage
     assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (250, 22, 272)
@@ -264,13 +290,20 @@ def test_metrics_count_what_happened(proxy: RunningProxy, upstream: RunningUpstr
     model = "scripted-model"
     assert metric(text, "toolsentry_requests_total", model=model, status="200") == 2
     assert metric(text, "toolsentry_violations_total", model=model, channel="unknown_tool") == 1
-    assert metric(text, "toolsentry_repairs_total", model=model, channel="unknown_tool", result="success") == 1
+    assert (
+        metric(
+            text, "toolsentry_repairs_total", model=model, channel="unknown_tool", result="success"
+        )
+        == 1
+    )
     assert metric(text, "toolsentry_tool_calls_total", model=model, outcome="repaired") == 1
     assert metric(text, "toolsentry_tool_calls_total", model=model, outcome="valid") == 1
     assert metric(text, "toolsentry_upstream_seconds_count", model=model) == 2
 
 
-def test_hallucinated_names_are_ranked_per_model(proxy: RunningProxy, upstream: RunningUpstream) -> None:
+def test_hallucinated_names_are_ranked_per_model(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
     upstream.script.push(completion(tool_calls=[tool_call("cancel_order", {})]))
     chat(proxy, "s-rank", **{"x-toolsentry-repair": "off"})
     chat(proxy, "s-rank2", **{"x-toolsentry-repair": "off"})
@@ -292,7 +325,17 @@ def test_upstream_bad_request_reaches_the_client_with_the_upstreams_message(
     proxy: RunningProxy, upstream: RunningUpstream
 ) -> None:
     upstream.script.push(
-        Fault(400, {"error": {"message": "max_tokens is too large", "type": "BadRequestError", "param": None, "code": 400}})
+        Fault(
+            400,
+            {
+                "error": {
+                    "message": "max_tokens is too large",
+                    "type": "BadRequestError",
+                    "param": None,
+                    "code": 400,
+                }
+            },
+        )
     )
     with pytest.raises(openai.BadRequestError, match="max_tokens is too large"):
         chat(proxy, "s-400")

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import asyncio
 import inspect
 
 import aiohttp
@@ -18,7 +17,9 @@ from proxy.testing import Fault, LoopbackServer, ScriptedUpstream
 from proxy.upstream import AiohttpUpstream, Router, error_class_for, translate
 
 
-def _config(name: str, models: list[str] | None = None, url: str = "http://127.0.0.1:1/v1") -> UpstreamConfig:
+def _config(
+    name: str, models: list[str] | None = None, url: str = "http://127.0.0.1:1/v1"
+) -> UpstreamConfig:
     return UpstreamConfig(name=name, base_url=url, models=models or [])
 
 
@@ -45,8 +46,7 @@ def _public_aiohttp_errors() -> list[type[BaseException]]:
     return [
         obj
         for name in dir(aiohttp)
-        if inspect.isclass(obj := getattr(aiohttp, name))
-        and issubclass(obj, aiohttp.ClientError)
+        if inspect.isclass(obj := getattr(aiohttp, name)) and issubclass(obj, aiohttp.ClientError)
     ]
 
 
@@ -59,7 +59,7 @@ def test_every_aiohttp_error_maps_to_a_specific_upstream_error() -> None:
 
 
 def test_timeouts_connect_failures_and_broken_bodies_map_to_distinct_errors() -> None:
-    assert isinstance(translate(asyncio.TimeoutError(), "u", "x"), UpstreamTimeoutError)
+    assert isinstance(translate(TimeoutError(), "u", "x"), UpstreamTimeoutError)
     assert isinstance(translate(aiohttp.ServerDisconnectedError(), "u", "x"), UpstreamConnectError)
     assert isinstance(translate(aiohttp.ClientPayloadError("cut"), "u", "x"), UpstreamProtocolError)
     assert "'u'" in translate(aiohttp.ServerDisconnectedError(), "u", "x").message
@@ -80,7 +80,9 @@ async def test_retries_stop_and_hand_back_the_last_503() -> None:
 async def test_a_refused_connection_is_retried_then_reported() -> None:
     from proxy.testing import free_port
 
-    upstream = AiohttpUpstream(_config("down", url=f"http://127.0.0.1:{free_port()}/v1"), api_key=None, retries=1)
+    upstream = AiohttpUpstream(
+        _config("down", url=f"http://127.0.0.1:{free_port()}/v1"), api_key=None, retries=1
+    )
     try:
         with pytest.raises(UpstreamConnectError, match="'down' is unreachable"):
             await upstream.request("GET", "models", body=None, headers={})
