@@ -28,7 +28,7 @@ _NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _FENCE_OPEN = re.compile(r"\A```[A-Za-z0-9_-]*[ \t]*\n?")
 _PARTIAL_CALL = re.compile(r'\A\[?\s*\{\s*"name"\s*:\s*"')
 _ARGUMENTS_KEY = re.compile(r'"(?:arguments|parameters)"\s*:')
-_FUNCTION = re.compile(r"<function=([^>\n]*)>(.*?)(</function>|\Z)", re.DOTALL)
+_FUNCTION = re.compile(r"<function=([\w.\-]+)>(.*?)(</function>|\Z)", re.DOTALL)
 _PARAMETER = re.compile(
     r"<parameter=([^>\n]*)>\n?(.*?)\n?(?:</parameter>|(?=<parameter=)|(?=</function>)|\Z)",
     re.DOTALL,
@@ -108,7 +108,10 @@ def _hermes(content: str) -> tuple[list[LeakedCall], str]:
 def _qwen_xml(text: str, *, raw: str | None = None, enclosed: bool = True) -> list[LeakedCall]:
     calls = []
     for match in _FUNCTION.finditer(text):
-        name = match.group(1).strip()
+        body = match.group(2).strip()
+        if body and not body.startswith("<parameter="):
+            continue  # `<function=f>` named in prose
+        name = match.group(1)
         arguments = {
             key.strip(): _scalar(value) for key, value in _PARAMETER.findall(match.group(2))
         }
