@@ -35,6 +35,7 @@ _PARAMETER = re.compile(
 )
 _PYTHON_CALL = re.compile(r"\A([A-Za-z_][\w.]*)\.call\((.*)\)\s*\Z", re.DOTALL)
 _MISTRAL_NAMED = re.compile(r"\A\s*([\w.\-]+)(?:\[CALL_ID\][^\[]*)?(\[ARGS\])?", re.DOTALL)
+_JSON_STARTS: Final = frozenset('{["-0123456789tfn')
 _CALL_KEYS: Final = frozenset({"name", "arguments", "parameters", "type", "id"})
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
@@ -121,9 +122,12 @@ def _qwen_xml(text: str, *, raw: str | None = None, enclosed: bool = True) -> li
 
 
 def _scalar(value: str) -> object:
+    """A parameter's value: JSON when it reads as JSON (numbers, objects, …), else the text."""
+    if not value or value[0] not in _JSON_STARTS:
+        return value
     try:
         return json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return value
 
 

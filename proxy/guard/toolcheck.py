@@ -321,7 +321,7 @@ def _check_call(
         return Violation(
             Channel.MALFORMED_ARGUMENTS, "the tool call is not an object", None, position
         )
-    if call.get("type", "function") != "function":
+    if (call.get("type") or "function") != "function":
         return None  # custom and other tool types carry no JSON arguments to check
     call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else None
     function = call.get("function")

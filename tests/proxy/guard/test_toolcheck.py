@@ -211,6 +211,11 @@ def test_a_call_when_no_tools_were_declared_is_an_unknown_tool() -> None:
     ]
 
 
+def test_a_call_with_a_null_type_is_checked_as_a_function_call() -> None:
+    call = {**make_call("nope"), "type": None}
+    assert channels(validate(make_message(call), retail_tools())) == [Channel.UNKNOWN_TOOL]
+
+
 def test_a_call_without_a_function_name_is_an_unknown_tool() -> None:
     call = {"id": "c1", "type": "function", "function": {"arguments": "{}"}}
     [violation] = validate(make_message(call), retail_tools())
