@@ -13,6 +13,8 @@ the canonical JSON of the tools) and `validate` per call with JSON parsing and e
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -340,6 +342,9 @@ def main() -> None:
     )
     hit_us = _per_call_us(compile_proxy_hits, loops, rep)
 
+    libraries_used = ("jsonschema", "jsonschema-rs", "fastjsonschema")
+    versions = ", ".join(f"{d} {importlib.metadata.version(d)}" for d in libraries_used)
+    print(f"Python {platform.python_version()}; {versions}")
     print(
         f"{len(TOOLS)} tools; median of {rep} runs; warm figures per call over {len(valid)} valid / {len(invalid)} invalid calls"
     )

@@ -28,13 +28,14 @@ _NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _FENCE_OPEN = re.compile(r"\A```[A-Za-z0-9_-]*[ \t]*\n?")
 _PARTIAL_CALL = re.compile(r'\A\[?\s*\{\s*"name"\s*:\s*"')
 _ARGUMENTS_KEY = re.compile(r'"(?:arguments|parameters)"\s*:')
-_FUNCTION = re.compile(r"<function=([^>\n]*)>(.*?)(</function>|\Z)", re.DOTALL)
+_FUNCTION = re.compile(r"<function=([\w.\-]+)>(.*?)(</function>|\Z)", re.DOTALL)
 _PARAMETER = re.compile(
     r"<parameter=([^>\n]*)>\n?(.*?)\n?(?:</parameter>|(?=<parameter=)|(?=</function>)|\Z)",
     re.DOTALL,
 )
 _PYTHON_CALL = re.compile(r"\A([A-Za-z_][\w.]*)\.call\((.*)\)\s*\Z", re.DOTALL)
 _MISTRAL_NAMED = re.compile(r"\A\s*([\w.\-]+)(?:\[CALL_ID\][^\[]*)?(\[ARGS\])?", re.DOTALL)
+_JSON_STARTS: Final = frozenset('{["-0123456789tfn')
 _CALL_KEYS: Final = frozenset({"name", "arguments", "parameters", "type", "id"})
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
@@ -108,7 +109,10 @@ def _hermes(content: str) -> tuple[list[LeakedCall], str]:
 def _qwen_xml(text: str, *, raw: str | None = None, enclosed: bool = True) -> list[LeakedCall]:
     calls = []
     for match in _FUNCTION.finditer(text):
-        name = match.group(1).strip()
+        body = match.group(2).strip()
+        if body and not body.startswith("<parameter="):
+            continue  # `<function=f>` named in prose
+        name = match.group(1)
         arguments = {
             key.strip(): _scalar(value) for key, value in _PARAMETER.findall(match.group(2))
         }
@@ -118,9 +122,12 @@ def _qwen_xml(text: str, *, raw: str | None = None, enclosed: bool = True) -> li
 
 
 def _scalar(value: str) -> object:
+    """A parameter's value: JSON when it reads as JSON (numbers, objects, …), else the text."""
+    if not value or value[0] not in _JSON_STARTS:
+        return value
     try:
         return json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return value
 
 

@@ -16,15 +16,18 @@ Decisions worth knowing:
   arguments (vLLM itself sends `"{}"`), so the agent experiences no failure; a schema with required
   fields still reports them missing.
 - One violation per call, the most fundamental: a call that `tool_choice` forbids is reported as
-  that alone; then unknown tool; then malformed (truncated for the last call when the response hit
-  the token limit); then schema.
-- Message-level channels: leaked calls (truncated instead when a leaked call is cut off at the
-  token limit); `tool_choice` requiring a call when none was made and none leaked; an empty
-  response, reported alone. Plain chat (no tools, no calls) can only be an empty response.
+  that alone; then unknown tool; then truncated or malformed; then schema.
+- Truncated: the response stopped at the token limit (`finish_reason == "length"`) while the last
+  call's arguments were unparsable or still blank, or inside a leaked call. Only the last call
+  can be cut off; an unparsable earlier call is malformed.
+- Message-level channels: calls leaked into content (not the text of a call the server did
+  parse); `tool_choice` requiring a call when none was made and none leaked; an empty response,
+  reported alone. Plain chat (no tools, no calls) can only be an empty response.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import threading
@@ -38,7 +41,7 @@ import orjson
 
 from proxy.errors import BadRequestError
 from proxy.guard.channels import Channel, Violation
-from proxy.guard.leaks import find_leaked_calls
+from proxy.guard.leaks import LeakedCall, find_leaked_calls
 
 CACHE_SIZE: Final = 256
 MAX_REPORTED_ERRORS: Final = 3
@@ -190,7 +193,7 @@ def compile_tools(tools: object, limits: GuardLimits = DEFAULT_LIMITS) -> ToolIn
     index = _CACHE.get(key)
     if index is None:
         # Compile from a private copy: the cached index must not alias the caller's request.
-        index = _build(json.loads(canonical), limits)
+        index = _build(copy.deepcopy(tools), limits)
         _CACHE.put(key, index)
     return index
 
@@ -228,6 +231,8 @@ def validate(
     content = message.get("content")
     if index.names and isinstance(content, str):
         for leak in find_leaked_calls(content):
+            if _echoes_a_parsed_call(leak, calls):
+                continue  # the server parsed this call and also left its text in the content
             leaked += 1
             if not leak.complete and finish_reason == "length":
                 text = f"a tool call to '{_clip(leak.name)}' written as {leak.format} text was cut off at the token limit"
@@ -296,6 +301,19 @@ def _allowed_names(tools: object) -> list[str]:
     return names
 
 
+def _echoes_a_parsed_call(leak: LeakedCall, calls: list[object]) -> bool:
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or function.get("name") != leak.name:
+            continue
+        if (
+            leak.arguments is None
+            or parse_arguments(function.get("arguments"))[0] == leak.arguments
+        ):
+            return True
+    return False
+
+
 def _check_call(
     position: int, call: object, index: ToolIndex, rule: _ChoiceRule, *, cut_off: bool
 ) -> Violation | None:
@@ -303,7 +321,7 @@ def _check_call(
         return Violation(
             Channel.MALFORMED_ARGUMENTS, "the tool call is not an object", None, position
         )
-    if call.get("type", "function") != "function":
+    if (call.get("type") or "function") != "function":
         return None  # custom and other tool types carry no JSON arguments to check
     call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else None
     function = call.get("function")

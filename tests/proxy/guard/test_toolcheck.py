@@ -211,6 +211,11 @@ def test_a_call_when_no_tools_were_declared_is_an_unknown_tool() -> None:
     ]
 
 
+def test_a_call_with_a_null_type_is_checked_as_a_function_call() -> None:
+    call = {**make_call("nope"), "type": None}
+    assert channels(validate(make_message(call), retail_tools())) == [Channel.UNKNOWN_TOOL]
+
+
 def test_a_call_without_a_function_name_is_an_unknown_tool() -> None:
     call = {"id": "c1", "type": "function", "function": {"arguments": "{}"}}
     [violation] = validate(make_message(call), retail_tools())
@@ -321,7 +326,7 @@ def test_pointers_escape_slash_and_tilde_in_field_names() -> None:
 
 
 def test_a_schema_declaring_draft_07_is_checked_by_draft_07_rules() -> None:
-    # draft-07 ignores `$defs`-style `dependentRequired`; 2020-12 enforces it.
+    # `dependentRequired` arrived in 2019-09: draft-07 ignores it, 2020-12 enforces it.
     properties = {"a": {"type": "string"}, "b": {"type": "string"}}
     schema = {"type": "object", "properties": properties, "dependentRequired": {"a": ["b"]}}
     draft7 = make_tool(
@@ -473,6 +478,14 @@ def test_a_leaked_call_under_required_tool_choice_is_reported_only_as_leaked() -
     assert channels(validate(make_message(content=content), retail_tools(), "required")) == [
         Channel.LEAKED_TOOL_CALL
     ]
+
+
+def test_the_text_of_a_call_the_server_parsed_is_not_a_leak() -> None:
+    text = '<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W1234567"}}</tool_call>'
+    message = make_message(valid_order_call(), content=text)
+    assert validate(message, retail_tools()) == []
+    other = make_message(valid_order_call(), content=text.replace("#W1234567", "#W7654321"))
+    assert channels(validate(other, retail_tools())) == [Channel.LEAKED_TOOL_CALL]
 
 
 def test_prose_about_json_is_not_a_leaked_call() -> None:

@@ -1,0 +1,367 @@
+import copy
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from openai.types.chat import ChatCompletionMessageParam
+from pydantic import TypeAdapter
+
+from proxy.guard.channels import Channel, Violation
+from proxy.guard.repair import (
+    NOT_EXECUTED,
+    OnUnrepaired,
+    RepairMode,
+    closest_tool_name,
+    corrective_messages,
+    edit_distance,
+    local_fix,
+    recover_arguments,
+    strip_invalid,
+)
+from proxy.guard.toolcheck import ToolIndex, compile_tools, validate
+from tests.proxy.guard.builders import make_call, make_message, make_tool, retail_tools
+
+CONVERSATION = TypeAdapter(list[ChatCompletionMessageParam])
+REQUEST = [
+    {"role": "system", "content": "You are a retail agent."},
+    {"role": "user", "content": "Cancel #W1234567."},
+]
+VALID_ORDER_ARGS = {"order_id": "#W1234567"}
+
+
+@pytest.fixture
+def index() -> ToolIndex:
+    return compile_tools(retail_tools())
+
+
+def reask(message: dict[str, Any], index: ToolIndex, **check: Any) -> list[dict[str, Any]]:
+    """The corrective messages for `message`, after checking they form a valid conversation."""
+    added = corrective_messages(message, validate(message, None, index=index, **check), index)
+    assert_valid_conversation([*REQUEST, *added])
+    return added
+
+
+def assert_valid_conversation(messages: list[dict[str, Any]]) -> None:
+    """What an OpenAI-compatible server requires: the SDK's message shapes, every call has an id,
+    and every call is answered by exactly one tool message right after it."""
+    for parsed in CONVERSATION.validate_python(messages):
+        list(parsed.get("tool_calls") or [])  # the SDK's type validates tool calls lazily
+    pending: list[str] = []
+    for message in messages:
+        if message["role"] == "tool":
+            assert message["tool_call_id"] == pending.pop(0)
+            continue
+        assert not pending, f"calls {pending} were not answered"
+        if message["role"] == "assistant":
+            pending = [call["id"] for call in message.get("tool_calls", [])]
+            assert message.get("tool_calls") or isinstance(message["content"], str)
+    assert not pending
+
+
+def tool_answers(added: list[dict[str, Any]]) -> dict[str, str]:
+    return {m["tool_call_id"]: m["content"] for m in added if m["role"] == "tool"}
+
+
+def user_notes(added: list[dict[str, Any]]) -> list[str]:
+    return [m["content"] for m in added if m["role"] == "user"]
+
+
+# --- modes -----------------------------------------------------------------------------------------
+
+
+def test_repair_modes_and_unrepaired_policies_have_their_configuration_names() -> None:
+    assert [m.value for m in RepairMode] == ["off", "reask"]
+    assert [p.value for p in OnUnrepaired] == ["passthrough", "strip", "reject"]
+    assert RepairMode("reask") is RepairMode.REASK
+
+
+# --- corrective_messages ---------------------------------------------------------------------------
+
+
+def test_an_unknown_tool_is_answered_with_the_available_tools(index: ToolIndex) -> None:
+    message = make_message(make_call("find_order", VALID_ORDER_ARGS, call_id="c1"))
+    added = reask(message, index)
+    assert added[0] == {"role": "assistant", "content": None, "tool_calls": message["tool_calls"]}
+    assert tool_answers(added)["c1"] == (
+        "Error: tool 'find_order' does not exist. Available tools: get_order_details, cancel_pending_order, "
+        "modify_user_address, return_delivered_order_items, list_all_product_types. "
+        "Call one of these, or answer without a tool."
+    )
+    assert user_notes(added) == []
+
+
+def test_an_unknown_tool_close_to_one_declared_name_suggests_it(index: ToolIndex) -> None:
+    added = reask(
+        make_message(make_call("get_order_detail", VALID_ORDER_ARGS, call_id="c1")), index
+    )
+    assert tool_answers(added)["c1"].endswith("Did you mean 'get_order_details'?")
+
+
+def test_a_valid_call_next_to_an_invalid_one_is_answered_as_not_executed(index: ToolIndex) -> None:
+    good = make_call("get_order_details", VALID_ORDER_ARGS, call_id="good")
+    bad = make_call("get_order_status", VALID_ORDER_ARGS, call_id="bad")
+    answers = tool_answers(reask(make_message(good, bad), index))
+    assert answers["good"] == NOT_EXECUTED
+    assert answers["bad"].startswith("Error: tool 'get_order_status' does not exist")
+    assert list(answers) == ["good", "bad"]
+
+
+def test_malformed_arguments_are_answered_with_the_need_for_a_json_object(index: ToolIndex) -> None:
+    answers = tool_answers(
+        reask(make_message(make_call("get_order_details", "order_id=#W1", call_id="c1")), index)
+    )
+    assert "must be one JSON object" in answers["c1"]
+    assert '"order_id"' in answers["c1"]  # the expected schema is shown
+
+
+def test_a_schema_violation_is_answered_with_the_failing_field_and_its_expected_schema(
+    index: ToolIndex,
+) -> None:
+    arguments = {"order_id": "#W1234567", "reason": "changed my mind"}
+    answers = tool_answers(
+        reask(make_message(make_call("cancel_pending_order", arguments, call_id="c1")), index)
+    )
+    assert "/reason" in answers["c1"]
+    assert '"enum":["no longer needed","ordered by mistake"]' in answers["c1"]
+
+
+def test_a_missing_nested_field_is_answered_with_that_fields_schema(index: ToolIndex) -> None:
+    arguments = {"user_id": "u1", "address": {"city": "Austin"}}
+    answers = tool_answers(
+        reask(make_message(make_call("modify_user_address", arguments, call_id="c1")), index)
+    )
+    assert (
+        '/address/zip must match {"type":"string","pattern":"^\\\\d{5}$"}' in answers["c1"]
+    )  # declared key order
+
+
+def test_a_truncated_call_is_answered_asking_for_complete_arguments(index: ToolIndex) -> None:
+    message = make_message(make_call("get_order_details", '{"order_id": "#W1', call_id="c1"))
+    answers = tool_answers(reask(message, index, finish_reason="length"))
+    assert "cut off at the token limit" in answers["c1"]
+
+
+def test_a_call_forbidden_by_tool_choice_is_answered_as_not_executed(index: ToolIndex) -> None:
+    message = make_message(make_call("get_order_details", VALID_ORDER_ARGS, call_id="c1"))
+    answers = tool_answers(reask(message, index, tool_choice="none"))
+    assert answers["c1"].startswith("Error: not executed: tool_choice is 'none'")
+
+
+def test_a_leaked_call_keeps_the_content_and_gets_a_user_message(index: ToolIndex) -> None:
+    content = '<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W1234567"}}</tool_call>'
+    added = reask(make_message(content=content), index)
+    assert added[0] == {"role": "assistant", "content": content}
+    [note] = user_notes(added)
+    assert "'get_order_details'" in note
+    assert "as text" in note
+
+
+def test_an_empty_response_gets_an_empty_assistant_turn_and_a_user_message(
+    index: ToolIndex,
+) -> None:
+    added = reask(make_message(), index)
+    assert added[0] == {"role": "assistant", "content": ""}
+    [note] = user_notes(added)
+    assert note.startswith("Your last reply was empty.")
+    assert "get_order_details" in note
+
+
+def test_a_required_tool_choice_without_a_call_gets_a_user_message(index: ToolIndex) -> None:
+    [note] = user_notes(reask(make_message(content="Let me think."), index, tool_choice="required"))
+    assert note.startswith("You must call a tool now")
+
+
+def test_calls_without_an_id_leave_the_assistant_message_and_are_described_to_the_user(
+    index: ToolIndex,
+) -> None:
+    good = make_call("get_order_details", VALID_ORDER_ARGS, call_id="good")
+    bad = make_call("get_order_status", VALID_ORDER_ARGS, call_id=None)
+    added = reask(make_message(good, bad), index)
+    assert [call["id"] for call in added[0]["tool_calls"]] == ["good"]
+    [note] = user_notes(added)
+    assert (
+        "Your tool call to 'get_order_status' was not executed. Error: tool 'get_order_status' does not exist"
+        in note
+    )
+
+
+def test_when_no_call_has_an_id_the_assistant_message_carries_only_text(index: ToolIndex) -> None:
+    added = reask(make_message(make_call("nope", call_id=None), content="Checking."), index)
+    assert added[0] == {"role": "assistant", "content": "Checking."}
+    assert len(user_notes(added)) == 1
+
+
+def test_the_assistant_message_is_reduced_to_what_a_server_accepts_back(index: ToolIndex) -> None:
+    call = make_call("nope", call_id="c1")
+    call["index"] = 0
+    message = {**make_message(call), "reasoning_content": "hmm", "refusal": None, "annotations": []}
+    assistant = reask(message, index)[0]
+    assert set(assistant) == {"role", "content", "tool_calls"}
+    assert assistant["tool_calls"][0] == {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "nope", "arguments": "{}"},
+    }
+
+
+def test_nothing_to_correct_gives_no_messages(index: ToolIndex) -> None:
+    assert corrective_messages(make_message(content="Hi"), [], index) == []
+
+
+def test_corrective_messages_do_not_change_the_message(index: ToolIndex) -> None:
+    message = make_message(
+        make_call("nope", call_id=None), make_call("get_order_details", "x", call_id="c2")
+    )
+    before = copy.deepcopy(message)
+    corrective_messages(message, validate(message, None, index=index), index)
+    assert message == before
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["get_order_details", "get_order_status", "list_all_product_types"]),
+            st.sampled_from(['{"order_id": "#W1234567"}', "{}", "not json", '{"order_id": 1}']),
+            st.booleans(),
+        ),
+        max_size=4,
+    ),
+    st.sampled_from([None, "", "Sure.", '{"name": "get_order_details", "arguments": {}}']),
+    st.sampled_from([None, "auto", "none", "required"]),
+)
+def test_any_reask_is_a_valid_conversation(
+    calls: list[tuple[str, str, bool]], content: str | None, choice: str | None
+) -> None:
+    index = compile_tools(retail_tools())
+    message = make_message(
+        *(
+            make_call(name, args, call_id=f"c{n}" if has_id else None)
+            for n, (name, args, has_id) in enumerate(calls)
+        ),
+        content=content,
+    )
+    violations = validate(message, None, choice, index=index)
+    added = corrective_messages(message, violations, index)
+    if violations:
+        assert_valid_conversation([*REQUEST, *added])
+    else:
+        assert added == []
+
+
+# --- strip_invalid ---------------------------------------------------------------------------------
+
+
+def test_strip_removes_only_the_invalid_calls() -> None:
+    good = make_call("get_order_details", VALID_ORDER_ARGS, call_id="good")
+    message = make_message(make_call("nope", call_id="bad"), good, content="Working on it.")
+    violations = validate(message, retail_tools())
+    before = copy.deepcopy(message)
+    stripped = strip_invalid(message, violations)
+    assert stripped == {"role": "assistant", "content": "Working on it.", "tool_calls": [good]}
+    assert message == before
+
+
+def test_strip_with_no_valid_call_left_removes_tool_calls_and_keeps_content() -> None:
+    message = make_message(make_call("nope"), content="Let me check.")
+    stripped = strip_invalid(message, validate(message, retail_tools()))
+    assert stripped == {"role": "assistant", "content": "Let me check."}
+
+
+def test_strip_leaves_a_message_with_only_message_level_violations_as_it_was() -> None:
+    content = '{"name": "get_order_details", "arguments": {"order_id": "#W1234567"}}'
+    message = make_message(content=content)
+    assert strip_invalid(message, validate(message, retail_tools())) == message
+
+
+# --- local fixes -----------------------------------------------------------------------------------
+
+
+def test_a_near_miss_tool_name_is_fixed_to_the_declared_one(index: ToolIndex) -> None:
+    message = make_message(make_call("get_order_detail", VALID_ORDER_ARGS))
+    before = copy.deepcopy(message)
+    violations = validate(message, None, index=index)
+    fixed, done = local_fix(message, violations, index)
+    assert done == violations
+    assert fixed["tool_calls"][0]["function"]["name"] == "get_order_details"
+    assert validate(fixed, None, index=index) == []
+    assert message == before
+
+
+def test_a_tool_name_differing_only_in_case_is_fixed(index: ToolIndex) -> None:
+    message = make_message(make_call("Get_Order_Details", VALID_ORDER_ARGS))
+    fixed, done = local_fix(message, validate(message, None, index=index), index)
+    assert len(done) == 1
+    assert fixed["tool_calls"][0]["function"]["name"] == "get_order_details"
+
+
+def test_an_ambiguous_near_miss_is_not_fixed() -> None:
+    index = compile_tools([make_tool("get_user"), make_tool("get_users"), make_tool("set_user")])
+    message = make_message(make_call("get_usr"))
+    fixed, done = local_fix(message, validate(message, None, index=index), index)
+    assert done == []
+    assert fixed == message
+
+
+def test_a_name_too_far_from_every_tool_is_not_fixed(index: ToolIndex) -> None:
+    message = make_message(make_call("lookup_order", VALID_ORDER_ARGS))
+    assert local_fix(message, validate(message, None, index=index), index)[1] == []
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        '```json\n{"order_id": "#W1234567"}\n```',
+        '```\n{"order_id": "#W1234567"}\n```',
+        '{"order_id": "#W1234567"} I will look this order up now.',
+        '{"order_id": "#W1234567"}}',
+    ],
+)
+def test_fenced_arguments_or_trailing_text_are_fixed(index: ToolIndex, arguments: str) -> None:
+    message = make_message(make_call("get_order_details", arguments))
+    violations = validate(message, None, index=index)
+    assert [v.channel for v in violations] == [Channel.MALFORMED_ARGUMENTS]
+    fixed, done = local_fix(message, violations, index)
+    assert done == violations
+    assert json.loads(fixed["tool_calls"][0]["function"]["arguments"]) == VALID_ORDER_ARGS
+    assert validate(fixed, None, index=index) == []
+
+
+@pytest.mark.parametrize(
+    "arguments", ['order: {"order_id": "#W1234567"}', '{"order_id": "#W12', '["#W1234567"] done']
+)
+def test_arguments_without_a_leading_json_object_are_not_fixed(
+    index: ToolIndex, arguments: str
+) -> None:
+    message = make_message(make_call("get_order_details", arguments))
+    assert local_fix(message, validate(message, None, index=index), index)[1] == []
+
+
+def test_local_fix_leaves_channels_it_cannot_fix(index: ToolIndex) -> None:
+    message = make_message(make_call("get_order_details", {"order_id": 5}))
+    violations = validate(message, None, index=index)
+    assert local_fix(message, violations, index) == (message, [])
+
+
+def test_closest_tool_name_does_not_guess_short_names() -> None:
+    assert closest_tool_name("get", ["set", "pet"]) is None
+    assert closest_tool_name("calculat", ["calculate", "transfer"]) == "calculate"
+
+
+def test_edit_distance_is_levenshtein_capped_above_the_limit() -> None:
+    assert edit_distance("kitten", "sitting", 5) == 3
+    assert edit_distance("kitten", "sitting", 2) == 3
+    assert edit_distance("abc", "abc", 2) == 0
+
+
+def test_recover_arguments_returns_nothing_for_what_is_already_an_object_or_not_text() -> None:
+    assert recover_arguments('{"a": 1}') is None
+    assert recover_arguments({"a": 1}) is None
+
+
+def test_a_violation_without_a_matching_call_is_ignored_by_local_fix(index: ToolIndex) -> None:
+    ghost = Violation(Channel.UNKNOWN_TOOL, "x", "get_order_detail", 3, "c3")
+    message = make_message(make_call("get_order_details", VALID_ORDER_ARGS))
+    assert local_fix(message, [ghost], index) == (message, [])
