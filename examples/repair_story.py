@@ -17,6 +17,7 @@ from rich.table import Table
 
 from proxy.app import create_app
 from proxy.config import Settings
+from proxy.logs import configure_logging
 from proxy.testing import LoopbackServer, ScriptedUpstream, completion, tool_call
 
 TOOLS = [
@@ -40,6 +41,7 @@ TOOLS = [
 
 
 def main() -> None:
+    configure_logging("warning")
     console = Console()
     hallucinated = completion(
         tool_calls=[tool_call("cancel_order", {"order_id": "#W2378156"}, id="call_1")],

@@ -218,7 +218,10 @@ class LoopbackServer:
         return self
 
     def stop(self) -> None:
-        """Shut the server down and wait for its thread."""
+        """Shut the server down and wait for its thread (idempotent)."""
+        if not self._thread.is_alive():
+            self._sock.close()
+            return
         self._server.should_exit = True
         self._thread.join(timeout=20)
         self._sock.close()

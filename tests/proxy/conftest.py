@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -30,6 +30,7 @@ class RunningProxy:
     server: LoopbackServer
     settings: Settings
     app: Any
+    clients: list[Any] = field(default_factory=list)
 
     @property
     def base_url(self) -> str:
@@ -38,7 +39,14 @@ class RunningProxy:
     def client(self, **kwargs: Any) -> openai.OpenAI:
         kwargs.setdefault("api_key", "test-key")
         kwargs.setdefault("max_retries", 0)
-        return openai.OpenAI(base_url=self.base_url, **kwargs)
+        client = openai.OpenAI(base_url=self.base_url, **kwargs)
+        self.clients.append(client)  # closed when the fixture ends, so no socket outlives a test
+        return client
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+        self.server.stop()
 
     def http(self) -> httpx.Client:
         return httpx.Client(base_url=self.server.url, timeout=10)
@@ -64,19 +72,19 @@ def upstream() -> Iterator[RunningUpstream]:
 
 @pytest.fixture
 def make_proxy(upstream: RunningUpstream) -> Iterator[Callable[..., RunningProxy]]:
-    started: list[LoopbackServer] = []
+    started: list[RunningProxy] = []
 
     def make(**overrides: Any) -> RunningProxy:
         overrides.setdefault("upstreams", [{"name": "scripted", "base_url": upstream.base_url}])
         settings = Settings(**overrides)
         app = create_app(settings)
-        server = LoopbackServer(app).start()
-        started.append(server)
-        return RunningProxy(server, settings, app)
+        running = RunningProxy(LoopbackServer(app).start(), settings, app)
+        started.append(running)
+        return running
 
     yield make
-    for server in started:
-        server.stop()
+    for running in started:
+        running.close()
 
 
 @pytest.fixture

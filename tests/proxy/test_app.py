@@ -8,6 +8,8 @@ import httpx
 import openai
 import pytest
 
+from proxy.app import create_app
+from proxy.config import Settings
 from proxy.testing import LoopbackServer, ScriptedUpstream, completion, free_port, tool_call
 from tests.proxy.builders import make_request
 from tests.proxy.conftest import RunningProxy, RunningUpstream
@@ -25,17 +27,16 @@ def assert_openai_error(response: httpx.Response, status: int, error_type: str) 
 def test_models_merges_every_upstreams_list(upstream: RunningUpstream) -> None:
     other = ScriptedUpstream(models=("other-model",))
     with LoopbackServer(other.app) as second:
-        from proxy.app import create_app
-        from proxy.config import Settings
-
         settings = Settings(
             upstreams=[
                 {"name": "a", "base_url": upstream.base_url, "models": ["scripted-model"]},
                 {"name": "b", "base_url": f"{second.url}/v1", "models": ["other-model"]},
             ]
         )
-        with LoopbackServer(create_app(settings)) as proxy:
-            client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+        with (
+            LoopbackServer(create_app(settings)) as proxy,
+            openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0) as client,
+        ):
             assert sorted(m.id for m in client.models.list()) == ["other-model", "scripted-model"]
             other.push(completion("from b"))
             reply = client.chat.completions.create(

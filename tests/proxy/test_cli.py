@@ -88,8 +88,11 @@ def test_serve_without_an_upstream_says_how_to_give_one() -> None:
     assert "--upstream" in result.output
 
 
-def test_serve_runs_as_a_process_in_front_of_an_upstream(upstream: RunningUpstream) -> None:
+def test_serve_runs_as_a_process_in_front_of_an_upstream(
+    upstream: RunningUpstream, tmp_path: Path
+) -> None:
     port = free_port()
+    log = (tmp_path / "serve.log").open("wb")
     process = subprocess.Popen(
         [
             sys.executable,
@@ -104,8 +107,8 @@ def test_serve_runs_as_a_process_in_front_of_an_upstream(upstream: RunningUpstre
             "4",
         ],
         cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         deadline = time.monotonic() + 30
@@ -115,14 +118,17 @@ def test_serve_runs_as_a_process_in_front_of_an_upstream(upstream: RunningUpstre
                     break
             except httpx.TransportError:
                 pass
-            assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+            assert process.poll() is None, (tmp_path / "serve.log").read_text()
             assert time.monotonic() < deadline, "proxy did not become ready"
             time.sleep(0.1)
         upstream.script.push(completion("through a real process"))
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
-        raw = client.chat.completions.with_raw_response.create(**make_request())
+        with openai.OpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0
+        ) as client:
+            raw = client.chat.completions.with_raw_response.create(**make_request())
         assert raw.parse().choices[0].message.content == "through a real process"
         assert raw.headers["x-toolsentry-max-errors"] == "4"
     finally:
         process.terminate()
         process.wait(timeout=20)
+        log.close()
