@@ -7,6 +7,7 @@ is written back unchanged; `dump_message` drops only the fields that were never 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -58,6 +59,9 @@ class SystemMessage(_Turn):
 
 class _Participant(_Turn):
     tool_calls: list[ToolCall] | None = None
+    cost: float | None = None
+    usage: dict[str, Any] | None = None
+    raw_data: dict[str, Any] | None = None
 
     def is_tool_call(self) -> bool:
         """Whether the message asks the environment to run tools."""
@@ -65,7 +69,10 @@ class _Participant(_Turn):
 
 
 class AssistantMessage(_Participant):
+    """An agent message; `proxy_headers` keeps the proxy's `x-toolsentry-*` response headers."""
+
     role: Literal["assistant"] = "assistant"
+    proxy_headers: dict[str, str] | None = None
 
 
 class UserMessage(_Participant):
@@ -109,3 +116,24 @@ def is_user_stop(message: UserMessage) -> bool:
 def is_agent_stop(message: AssistantMessage) -> bool:
     """Whether an agent message ends the conversation (`###STOP###` in its text)."""
     return message.content is not None and STOP_TOKEN in message.content
+
+
+def agent_view(history: Iterable[Any]) -> list[Any]:
+    """What the agent sees: assistant messages, user text, and the answers to its own calls."""
+    return [m for m in history if _seen_by(m, "assistant")]
+
+
+def user_view(history: Iterable[Any]) -> list[Any]:
+    """What the user sees: agent text, its own messages, and the answers to its own calls."""
+    return [m for m in history if _seen_by(m, "user")]
+
+
+def _seen_by(message: Any, side: Requestor) -> bool:
+    own, other = (
+        (AssistantMessage, UserMessage) if side == "assistant" else (UserMessage, AssistantMessage)
+    )
+    if isinstance(message, own):
+        return True
+    if isinstance(message, other):
+        return not message.is_tool_call()
+    return isinstance(message, ToolMessage) and message.requestor == side
