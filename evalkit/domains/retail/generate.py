@@ -432,13 +432,14 @@ def generate_db(rng: random.Random, *, num_users: int = 72) -> dict[str, Any]:
                 method["balance"] = float(rng.randint(0, 300))
             methods[method_id] = method
         address = _address(rng)
+        order_ids: list[str] = []
         user = {
             "user_id": user_id,
             "name": {"first_name": first, "last_name": last},
             "address": address,
             "email": f"{first}.{last}{suffix}@example.com".lower(),
             "payment_methods": methods,
-            "orders": [],
+            "orders": order_ids,
         }
         for _ in range(rng.randint(1, 4)):
             order_id = ids.new(7, prefix="#W")
@@ -482,7 +483,7 @@ def generate_db(rng: random.Random, *, num_users: int = 72) -> dict[str, Any]:
                 "fulfillments": fulfillments,
                 "payment_history": history,
             }
-            user["orders"].append(order_id)
+            order_ids.append(order_id)
         users[user_id] = user
     return {"products": products, "users": users, "orders": orders}
 
