@@ -71,11 +71,13 @@ def recorded_db_reward(simulation: SimulationRun) -> float | None:
     return info.db_check.db_reward
 
 
-def rescore_simulation(domain: Domain, task: Task, simulation: SimulationRun) -> RescoredSimulation:
-    """Recompute one simulation's DB reward."""
+def rescore_simulation(
+    domain: Domain, task: Task, simulation: SimulationRun, *, shortcut: bool = True
+) -> RescoredSimulation:
+    """Recompute one simulation's DB reward (`shortcut` as in `scoring.db_check`)."""
     recomputed = None
     if simulation.termination_reason in NORMAL_ENDINGS:
-        recomputed = db_check(domain, task, simulation.messages).db_reward
+        recomputed = db_check(domain, task, simulation.messages, shortcut=shortcut).db_reward
     return RescoredSimulation(
         id=simulation.id,
         task_id=simulation.task_id,
@@ -86,7 +88,7 @@ def rescore_simulation(domain: Domain, task: Task, simulation: SimulationRun) ->
     )
 
 
-def rescore(results: Results, domain: Domain) -> RescoreReport:
+def rescore(results: Results, domain: Domain, *, shortcut: bool = True) -> RescoreReport:
     """Recompute the DB reward of every simulation of `results`.
 
     Tasks come from the file itself (the versions the run used), else from `domain`.
@@ -106,5 +108,5 @@ def rescore(results: Results, domain: Domain) -> RescoreReport:
                     f"simulation {simulation.id}: task {simulation.task_id!r} is neither in the "
                     f"results file nor in the {domain.name} domain"
                 ) from None
-        report.simulations.append(rescore_simulation(domain, task, simulation))
+        report.simulations.append(rescore_simulation(domain, task, simulation, shortcut=shortcut))
     return report

@@ -16,6 +16,7 @@ An episode that did not end with `agent_stop` or `user_stop` scores 0 without an
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
@@ -131,8 +132,38 @@ def replay_gold(domain: Domain, task: Task) -> tuple[Environment, list[dict[str,
     return env, failed
 
 
-def db_check(domain: Domain, task: Task, messages: Iterable[Any]) -> DBCheck:
-    """The DB check: replayed episode against replayed gold actions, by canonical hash."""
+def state_changes(domain: Domain, calls: Iterable[ToolCall]) -> list[tuple[str, str, str]]:
+    """The calls that can change a database, as comparable (requestor, name, arguments) keys."""
+    agent_tools, user_tools = domain.toolkit_classes()
+    out: list[tuple[str, str, str]] = []
+    for call in calls:
+        toolkit = user_tools if call.requestor == "user" else agent_tools
+        if toolkit is not None and toolkit.mutates(call.name):
+            arguments = call.raw_arguments if call.raw_arguments is not None else call.arguments
+            out.append((call.requestor, call.name, json.dumps(arguments, sort_keys=True)))
+    return out
+
+
+def _same_state_changes(domain: Domain, task: Task, messages: Sequence[Any]) -> bool:
+    # The tools are deterministic and only the state-changing ones change a database: the same
+    # state-changing calls, in the same order, from the same initial state, end in the same state.
+    gold = [
+        ToolCall(name=a.name, arguments=a.arguments, requestor=a.requestor)
+        for a in task.gold_actions
+    ]
+    return state_changes(domain, tool_calls_of(messages)) == state_changes(domain, gold)
+
+
+def db_check(
+    domain: Domain, task: Task, messages: Sequence[Any], *, shortcut: bool = True
+) -> DBCheck:
+    """The DB check: replayed episode against replayed gold actions, by canonical hash.
+
+    With `shortcut`, an episode whose state-changing calls are exactly the gold ones matches
+    without replaying (the verdict a replay gives, only faster).
+    """
+    if shortcut and _same_state_changes(domain, task, messages):
+        return DBCheck(db_match=True, db_reward=1.0)
     predicted = replay_episode(domain, task, messages)
     gold, _ = replay_gold(domain, task)
     match = predicted.db_hashes() == gold.db_hashes()
@@ -191,11 +222,13 @@ def evaluate(
     termination_reason: str,
     *,
     nl_checks: list[NLAssertionCheck] | None = None,
+    shortcut: bool = True,
 ) -> RewardInfo:
     """The reward of one episode.
 
     `nl_checks` are the judge's verdicts on the task's NL assertions; None means no judge ran
-    (the assertions are then flagged as not evaluated and left out of the reward).
+    (the assertions are then flagged as not evaluated and left out of the reward). `shortcut`
+    is `db_check`'s.
     """
     if termination_reason not in NORMAL_ENDINGS:
         return RewardInfo(
@@ -216,6 +249,8 @@ def evaluate(
     assertions: list[EnvAssertionCheck] = []
     if criteria.actions is None and criteria.env_assertions is None:
         db = DBCheck(db_match=True, db_reward=1.0)
+    elif not criteria.env_assertions:
+        db = db_check(domain, task, messages, shortcut=shortcut)
     else:
         predicted = replay_episode(domain, task, messages)
         gold, failed = replay_gold(domain, task)
@@ -223,7 +258,7 @@ def evaluate(
         db = DBCheck(db_match=match, db_reward=1.0 if match else 0.0)
         if failed:
             info["gold_replay_failures"] = failed
-        for assertion in criteria.env_assertions or []:
+        for assertion in criteria.env_assertions:
             met = predicted.check_assertion(assertion)
             assertions.append(
                 EnvAssertionCheck(env_assertion=assertion, met=met, reward=float(met))

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
+import orjson
 from pydantic import BaseModel, ValidationError
 
 from evalkit.errors import DataError
@@ -55,8 +56,8 @@ class DomainDB(BaseModel):
 
     def canonical_hash(self) -> str:
         """SHA-256 of the database's JSON with sorted keys (what the DB check compares)."""
-        text = json.dumps(self.model_dump(), sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()
+        data = orjson.dumps(self.model_dump(), option=orjson.OPT_SORT_KEYS, default=str)
+        return hashlib.sha256(data).hexdigest()
 
 
 def load_json_db(cls: type[DB], path: Path) -> DB:
@@ -233,8 +234,9 @@ def _json_type(annotation: Any) -> dict[str, Any]:
 class Domain(Protocol):
     """A domain an episode can run in.
 
-    `fresh_toolkits` returns new toolkits over fresh databases every call (episodes must not
-    share state): the agent's, and the user's or None. `sync_tools` runs after every tool call
+    `toolkit_classes` names the toolkit classes (tool names, schemas and which tools change state,
+    without loading a database). `fresh_toolkits` returns new toolkits over fresh databases every
+    call (episodes must not share state): the agent's, and the user's or None. `sync_tools` runs after every tool call
     and every set-up function (telecom keeps the user's device and the network consistent);
     domains without a user side do nothing there.
     """
@@ -250,6 +252,8 @@ class Domain(Protocol):
 
     def get_task(self, task_id: str) -> Task: ...
 
+    def toolkit_classes(self) -> tuple[type[Toolkit], type[Toolkit] | None]: ...
+
     def fresh_toolkits(self) -> tuple[Toolkit, Toolkit | None]: ...
 
     def sync_tools(self, agent_tools: Toolkit, user_tools: Toolkit | None) -> None: ...
@@ -258,7 +262,8 @@ class Domain(Protocol):
 class BaseDomain:
     """The parts every domain shares: name, policy text, tasks, and lookup of a task by id.
 
-    Subclasses implement `fresh_toolkits` (and `sync_tools` where the user has tools).
+    Subclasses implement `toolkit_classes` and `fresh_toolkits` (and `sync_tools` where the user
+    has tools).
     """
 
     def __init__(self, name: str, policy: str, tasks: list[Task]) -> None:
@@ -289,6 +294,9 @@ class BaseDomain:
             return self._by_id[task_id]
         except KeyError:
             raise DataError(f"domain {self._name!r} has no task {task_id!r}") from None
+
+    def toolkit_classes(self) -> tuple[type[Toolkit], type[Toolkit] | None]:
+        raise NotImplementedError
 
     def fresh_toolkits(self) -> tuple[Toolkit, Toolkit | None]:
         raise NotImplementedError

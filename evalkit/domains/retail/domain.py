@@ -27,6 +27,9 @@ class RetailDomain(BaseDomain):
         """The initial database (do not mutate; episodes get copies)."""
         return self._db
 
+    def toolkit_classes(self) -> tuple[type[Toolkit], type[Toolkit] | None]:
+        return RetailTools, None
+
     def fresh_toolkits(self) -> tuple[Toolkit, Toolkit | None]:
         return RetailTools(RetailDB.model_validate(self._db_data)), None
 
