@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from openai import AsyncOpenAI
@@ -127,3 +128,23 @@ async def test_a_failing_endpoint_ends_the_episode_with_infrastructure_error(
     task = retail.tasks[0]
     sim = await run_episode(retail, task, make_agent(chat_client, retail), ScriptedUser(task))
     assert sim.termination_reason == "infrastructure_error"
+
+
+async def test_episodes_run_concurrently_each_with_its_own_session(
+    chat_server: ScriptedChatServer, chat_client: AsyncOpenAI, retail: Domain
+) -> None:
+    # Every reply is the server's default "Goodbye!", so each episode is a short exchange.
+    tasks = retail.tasks[:6]
+    sims = await asyncio.gather(
+        *(
+            run_episode(retail, t, make_agent(chat_client, retail, t.id), ScriptedUser(t))
+            for t in tasks
+        )
+    )
+    assert [s.task_id for s in sims] == [t.id for t in tasks]
+    assert all(s.termination_reason == "user_stop" for s in sims)
+    sessions = {r["headers"]["x-session-id"] for r in chat_server.requests}
+    assert sessions == {f"session-{t.id}" for t in tasks}
+    for request in chat_server.requests:
+        session = request["headers"]["x-session-id"]
+        assert session == f"session-{request['headers']['x-evalkit-task']}"
