@@ -1,0 +1,232 @@
+"""The agent under test: an OpenAI chat client on any `base_url` (the proxy, vLLM, …), and an oracle.
+
+`LLMAgent` sends the domain policy as its system prompt and the domain tools as `tools`, marks
+every request with the episode's session and task (`x-session-id`, `x-evalkit-task`), and keeps
+the proxy's `x-toolsentry-*` response headers on each assistant message (`proxy_headers`), so
+the results file can say what the proxy saw and did at every turn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import openai
+from openai import AsyncOpenAI
+
+from evalkit.errors import AgentError, EndpointError
+from evalkit.messages import (
+    AssistantMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+    agent_view,
+    now_iso,
+)
+from evalkit.tasks import Task
+
+SESSION_HEADER = "x-session-id"
+TASK_HEADER = "x-evalkit-task"
+PROXY_HEADER_PREFIX = "x-toolsentry-"
+
+AGENT_INSTRUCTIONS = """\
+You are a customer service agent. Help the customer within the rules of the policy below.
+In each turn, either send the customer a message or make one tool call, never both at once.
+Use only facts you got from the customer or from the tools; do not invent anything.\
+"""
+
+
+class Agent(Protocol):
+    """Produces the agent's next message from the conversation so far (the full trajectory)."""
+
+    async def respond(self, history: Sequence[Any]) -> AssistantMessage: ...
+
+
+def system_prompt(policy: str) -> str:
+    """The agent's system prompt: our instructions and the domain policy."""
+    return f"<instructions>\n{AGENT_INSTRUCTIONS}\n</instructions>\n<policy>\n{policy}\n</policy>"
+
+
+def make_client(
+    base_url: str,
+    *,
+    api_key: str = "EMPTY",
+    default_headers: Mapping[str, str] | None = None,
+    max_retries: int = 2,
+    timeout: float = 120.0,
+) -> AsyncOpenAI:
+    """An `AsyncOpenAI` client on `base_url` (one per run; episodes share its connection pool)."""
+    return AsyncOpenAI(
+        base_url=base_url,
+        api_key=api_key,
+        default_headers=dict(default_headers or {}),
+        max_retries=max_retries,
+        timeout=timeout,
+    )
+
+
+def episode_headers(session_id: str | None, task_id: str | None) -> dict[str, str]:
+    """The headers that tie a request to its episode."""
+    headers = {}
+    if session_id is not None:
+        headers[SESSION_HEADER] = session_id
+    if task_id is not None:
+        headers[TASK_HEADER] = task_id
+    return headers
+
+
+def to_openai_messages(system: str | None, history: Sequence[Any]) -> list[dict[str, Any]]:
+    """The conversation in OpenAI's chat format, from the point of view of the assistant."""
+    out: list[dict[str, Any]] = []
+    if system is not None:
+        out.append({"role": "system", "content": system})
+    for m in history:
+        if isinstance(m, AssistantMessage):
+            entry: dict[str, Any] = {"role": "assistant", "content": m.content}
+            if m.tool_calls:
+                entry["tool_calls"] = [_openai_call(c) for c in m.tool_calls]
+            out.append(entry)
+        elif isinstance(m, UserMessage):
+            out.append({"role": "user", "content": m.content or ""})
+        elif isinstance(m, ToolMessage):
+            out.append({"role": "tool", "tool_call_id": m.id, "content": m.content or ""})
+    return out
+
+
+def _openai_call(call: ToolCall) -> dict[str, Any]:
+    arguments = call.raw_arguments if call.raw_arguments is not None else json.dumps(call.arguments)
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
+    }
+
+
+def parse_tool_call(
+    call_id: str, name: str, arguments: str | None, requestor: str = "assistant"
+) -> ToolCall:
+    """A tool call from the model's text arguments; text that is not a JSON object is kept raw."""
+    text = arguments or ""
+    try:
+        parsed = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict):
+        return ToolCall(id=call_id, name=name, arguments=parsed, requestor=requestor)  # type: ignore[arg-type]
+    return ToolCall(id=call_id, name=name, arguments={}, requestor=requestor, raw_arguments=text)  # type: ignore[arg-type]
+
+
+def endpoint_error(exc: openai.OpenAIError, what: str) -> EndpointError:
+    """An `EndpointError` for a failed OpenAI SDK call (status and error type kept)."""
+    if isinstance(exc, openai.APIStatusError):
+        error_type = None
+        body = exc.body
+        if isinstance(body, dict):
+            inner = body.get("error", body)
+            if isinstance(inner, dict) and isinstance(inner.get("type"), str):
+                error_type = inner["type"]
+        return EndpointError(
+            f"{what} endpoint answered HTTP {exc.status_code}: {exc.message}",
+            status=exc.status_code,
+            error_type=error_type,
+        )
+    return EndpointError(f"{what} endpoint failed: {exc}")
+
+
+class LLMAgent:
+    """An agent backed by an OpenAI-compatible chat endpoint.
+
+    One instance per episode: `session_id` and `task_id` go into every request's headers.
+    """
+
+    def __init__(
+        self,
+        client: AsyncOpenAI,
+        model: str,
+        *,
+        policy: str,
+        tools: list[dict[str, Any]],
+        session_id: str | None = None,
+        task_id: str | None = None,
+        llm_args: Mapping[str, Any] | None = None,
+    ) -> None:
+        headers = episode_headers(session_id, task_id)
+        self._client = client.with_options(default_headers=headers) if headers else client
+        self.model = model
+        self.system = system_prompt(policy)
+        self.tools = tools
+        self.llm_args = dict(llm_args or {"temperature": 0.0})
+
+    async def respond(self, history: Sequence[Any]) -> AssistantMessage:
+        """Ask the endpoint for the next message.
+
+        Raises:
+            EndpointError: when the endpoint fails (status and error type kept).
+            AgentError: when the answer has no choice.
+        """
+        messages = to_openai_messages(self.system, agent_view(history))
+        try:
+            raw = await self._client.chat.completions.with_raw_response.create(
+                model=self.model,
+                messages=messages,  # type: ignore[arg-type]
+                tools=self.tools,  # type: ignore[arg-type]
+                **self.llm_args,
+            )
+        except openai.OpenAIError as exc:
+            raise endpoint_error(exc, "agent") from exc
+        completion = raw.parse()
+        headers = {
+            k.lower(): v
+            for k, v in raw.headers.items()
+            if k.lower().startswith(PROXY_HEADER_PREFIX)
+        }
+        if not completion.choices:
+            raise AgentError("the agent's endpoint returned no choices")
+        choice = completion.choices[0]
+        calls = [
+            parse_tool_call(c.id, c.function.name, c.function.arguments)
+            for c in (choice.message.tool_calls or [])
+            if c.type == "function"
+        ]
+        usage = None
+        if completion.usage is not None:
+            usage = {
+                "completion_tokens": completion.usage.completion_tokens,
+                "prompt_tokens": completion.usage.prompt_tokens,
+            }
+        return AssistantMessage(
+            content=choice.message.content,
+            tool_calls=calls or None,
+            timestamp=now_iso(),
+            usage=usage,
+            raw_data=choice.model_dump(mode="json"),
+            proxy_headers=headers,
+        )
+
+
+class OracleAgent:
+    """Plays the task's gold actions of the assistant, one call per turn, then says goodbye.
+
+    The goodbye carries the task's `communicate_info`, so a perfect run also passes COMMUNICATE.
+    Stateless: the next action is found from the calls already in the history.
+    """
+
+    def __init__(self, task: Task) -> None:
+        self.actions = [a for a in task.gold_actions if a.requestor == "assistant"]
+        criteria = task.evaluation_criteria
+        self.communicate = list((criteria.communicate_info if criteria else None) or [])
+
+    async def respond(self, history: Sequence[Any]) -> AssistantMessage:
+        done = sum(
+            len(m.tool_calls)
+            for m in history
+            if isinstance(m, AssistantMessage) and m.tool_calls is not None
+        )
+        if done < len(self.actions):
+            action = self.actions[done]
+            call = ToolCall(id=f"oracle_{done}", name=action.name, arguments=dict(action.arguments))
+            return AssistantMessage(tool_calls=[call], timestamp=now_iso())
+        facts = "; ".join(self.communicate)
+        text = "All done." + (f" For your information: {facts}." if facts else "")
+        return AssistantMessage(content=f"{text} Goodbye!", timestamp=now_iso())
