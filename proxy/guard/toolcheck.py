@@ -1,0 +1,543 @@
+"""Check one assistant message's tool calls against the tools its request declared (DESIGN §4).
+
+`compile_tools` turns a request's `tools` into a `ToolIndex` of compiled argument validators,
+cached by content so an agent that resends the same tools every turn compiles them once.
+`validate` returns the `Violation`s of one message.
+
+Decisions worth knowing:
+
+- Validator: jsonschema-rs (chosen by `bench/validate.py`), draft taken from the schema's
+  `$schema` (2020-12 when absent), `format` not asserted (as the reference `jsonschema` does by
+  default), remote `$ref`s never fetched. `pattern`s run on fancy-regex with a backtrack limit:
+  plain patterns go to a linear-time engine, and a pattern that needs backtracking gives up
+  instead of hanging (ReDoS, DESIGN §9). A pattern that gives up cannot prove the call wrong, so
+  it is not reported.
+- Empty or whitespace-only `arguments` count as `{}`: OpenAI-compatible clients parse `""` as no
+  arguments (vLLM itself sends `"{}"`), so the agent experiences no failure; a schema with required
+  fields still reports them missing.
+- One violation per call, the most fundamental: a call that `tool_choice` forbids is reported as
+  that alone; then unknown tool; then truncated or malformed; then schema.
+- Truncated: the response stopped at the token limit (`finish_reason == "length"`) while the last
+  call's arguments were unparsable or still blank, or inside a leaked call. Only the last call
+  can be cut off; an unparsable earlier call is malformed.
+- Message-level channels: calls leaked into content (not the text of a call the server did
+  parse); `tool_choice` requiring a call when none was made and none leaked; an empty response,
+  reported alone. Plain chat (no tools, no calls) can only be an empty response.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import jsonschema_rs
+import orjson
+
+from proxy.errors import BadRequestError
+from proxy.guard.channels import Channel, Violation
+from proxy.guard.leaks import LeakedCall, find_leaked_calls
+
+CACHE_SIZE: Final = 256
+MAX_REPORTED_ERRORS: Final = 3
+# fancy-regex's default is a million backtracking steps; ten thousand keeps a hostile pattern to
+# well under a millisecond while every realistic pattern is compiled to the linear-time engine.
+REGEX_BACKTRACK_LIMIT: Final = 10_000
+REGEX_SIZE_LIMIT: Final = 1 << 20
+_MESSAGE_LIMIT: Final = 300
+_UNCHECKABLE_KINDS = (
+    jsonschema_rs.ValidationErrorKind.BacktrackLimitExceeded,
+    jsonschema_rs.ValidationErrorKind.RegexEngineFailure,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GuardLimits:
+    """What a request's `tools` may cost (DESIGN §9); `compile_tools` rejects anything larger.
+
+    `max_schema_bytes` and `max_schema_depth` apply to each tool's `parameters` (compact JSON size,
+    nesting of objects and arrays).
+    """
+
+    max_tools: int = 512
+    max_schema_bytes: int = 262_144
+    max_schema_depth: int = 64
+
+
+DEFAULT_LIMITS: Final = GuardLimits()
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaError:
+    """One reason an arguments object fails its tool's schema; `pointer` is where (RFC 6901)."""
+
+    pointer: str
+    message: str
+
+
+class ToolIndex:
+    """The compiled view of one request's `tools`. Immutable and shared through the cache."""
+
+    __slots__ = ("_schemas", "_validators", "names")
+
+    def __init__(
+        self,
+        schemas: Mapping[str, dict[str, Any]],
+        validators: Mapping[str, jsonschema_rs.Validator],
+    ) -> None:
+        self.names: tuple[str, ...] = tuple(schemas)
+        self._schemas = dict(schemas)
+        self._validators = dict(validators)
+
+    def __repr__(self) -> str:
+        return f"ToolIndex(names={self.names!r})"
+
+    def has(self, name: object) -> bool:
+        """Whether `name` is a declared tool."""
+        return isinstance(name, str) and name in self._schemas
+
+    def schema(self, name: str) -> dict[str, Any] | None:
+        """The declared `parameters` of `name` (`{}` when it declared none); None if undeclared.
+
+        The dict is shared by every request with the same tools: read it, do not change it.
+        """
+        return self._schemas.get(name)
+
+    def check(self, name: str, arguments: object) -> list[SchemaError]:
+        """The first schema errors of `arguments` for tool `name` (empty when valid or unchecked).
+
+        Returns at most `MAX_REPORTED_ERRORS` errors; an undeclared tool has none.
+        """
+        validator = self._validators.get(name)
+        if validator is None or validator.is_valid(arguments):
+            return []
+        errors: list[SchemaError] = []
+        for error in validator.iter_errors(arguments):
+            if isinstance(error.kind, _UNCHECKABLE_KINDS):
+                continue
+            errors.append(SchemaError(_pointer_of(error), _clip(error.message)))
+            if len(errors) == MAX_REPORTED_ERRORS:
+                break
+        return errors
+
+
+EMPTY_INDEX: Final = ToolIndex({}, {})
+
+
+class _IndexCache:
+    """A bounded LRU of compiled tool lists, keyed by a digest of their canonical JSON."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._entries: OrderedDict[tuple[bytes, GuardLimits], ToolIndex] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[bytes, GuardLimits]) -> ToolIndex | None:
+        with self._lock:
+            index = self._entries.get(key)
+            if index is not None:
+                self._entries.move_to_end(key)
+            return index
+
+    def put(self, key: tuple[bytes, GuardLimits], index: ToolIndex) -> None:
+        with self._lock:
+            self._entries[key] = index
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.maxsize:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_CACHE = _IndexCache(CACHE_SIZE)
+
+
+def clear_cache() -> None:
+    """Forget every compiled tool list (for benchmarks and tests)."""
+    _CACHE.clear()
+
+
+def cached_tool_lists() -> int:
+    """How many compiled tool lists the cache holds now."""
+    return len(_CACHE)
+
+
+def compile_tools(tools: object, limits: GuardLimits = DEFAULT_LIMITS) -> ToolIndex:
+    """Compile a request's `tools` (OpenAI format) into a `ToolIndex`, once per distinct list.
+
+    Returns `EMPTY_INDEX` for None or an empty list. Tools of a type other than `function` are
+    declared names without a schema. Raises `BadRequestError` (`param="tools"`) when `tools` is not
+    a list of tool objects, a function has no name, two different tools share a name, `parameters`
+    is not a valid JSON Schema, or a limit of `limits` is exceeded (the message names the limit).
+    """
+    if tools is None:
+        return EMPTY_INDEX
+    if not isinstance(tools, list):
+        raise _bad(f"'tools' must be a list of tool objects, not {_json_type(tools)}")
+    if not tools:
+        return EMPTY_INDEX
+    if len(tools) > limits.max_tools:
+        raise _bad(f"{len(tools)} tools declared; the limit is max_tools={limits.max_tools}")
+    canonical = _canonical_json(tools, limits)
+    key = (hashlib.sha256(canonical).digest(), limits)
+    index = _CACHE.get(key)
+    if index is None:
+        # Compile from a private copy: the cached index must not alias the caller's request.
+        index = _build(copy.deepcopy(tools), limits)
+        _CACHE.put(key, index)
+    return index
+
+
+def validate(
+    message: Mapping[str, Any],
+    tools: object,
+    tool_choice: object = None,
+    *,
+    finish_reason: str | None = None,
+    index: ToolIndex | None = None,
+) -> list[Violation]:
+    """Check an assistant message from a chat-completion choice against the request's tools.
+
+    `index`, when given, is the compiled `tools` (and `tools` is not read). Returns the violations
+    in call order, then the message-level ones; an empty list means nothing to report. Raises
+    `BadRequestError` when `tools` itself is invalid (see `compile_tools`).
+    """
+    if index is None:
+        index = compile_tools(tools)
+    raw_calls = message.get("tool_calls")
+    calls: list[object] = raw_calls if isinstance(raw_calls, list) else []
+    if not calls and _is_blank(message):
+        return [
+            Violation(Channel.EMPTY_RESPONSE, "the response has neither content nor tool calls")
+        ]
+    rule = _ChoiceRule.parse(tool_choice) if index.names else _ChoiceRule("auto", None)
+    violations: list[Violation] = []
+    for position, call in enumerate(calls):
+        last = position == len(calls) - 1
+        found = _check_call(position, call, index, rule, cut_off=last and finish_reason == "length")
+        if found is not None:
+            violations.append(found)
+    leaked = 0
+    content = message.get("content")
+    if index.names and isinstance(content, str):
+        for leak in find_leaked_calls(content):
+            if _echoes_a_parsed_call(leak, calls):
+                continue  # the server parsed this call and also left its text in the content
+            leaked += 1
+            if not leak.complete and finish_reason == "length":
+                text = f"a tool call to '{_clip(leak.name)}' written as {leak.format} text was cut off at the token limit"
+                violations.append(Violation(Channel.TRUNCATED, text, leak.name or None))
+            else:
+                text = f"a tool call to '{_clip(leak.name)}' was written into the content as {leak.format} text instead of a tool call"
+                violations.append(Violation(Channel.LEAKED_TOOL_CALL, text, leak.name or None))
+    if rule.mode == "required" and not calls and not leaked:
+        violations.append(
+            Violation(Channel.TOOL_CHOICE_VIOLATION, rule.describe_missing(), rule.only)
+        )
+    return violations
+
+
+@dataclass(frozen=True, slots=True)
+class _ChoiceRule:
+    """What `tool_choice` allows: mode auto/none/required, and the allowed names (None = any)."""
+
+    mode: str
+    allowed: frozenset[str] | None
+
+    @property
+    def only(self) -> str | None:
+        return next(iter(self.allowed)) if self.allowed and len(self.allowed) == 1 else None
+
+    @classmethod
+    def parse(cls, tool_choice: object) -> _ChoiceRule:
+        if tool_choice in ("none", "required"):
+            return cls(str(tool_choice), None)
+        if isinstance(tool_choice, dict):
+            if tool_choice.get("type") == "function":
+                function = tool_choice.get("function")
+                name = function.get("name") if isinstance(function, dict) else None
+                if isinstance(name, str):
+                    return cls("required", frozenset((name,)))
+            if tool_choice.get("type") == "allowed_tools":
+                spec = tool_choice.get("allowed_tools")
+                if isinstance(spec, dict):
+                    mode = "required" if spec.get("mode") == "required" else "auto"
+                    return cls(mode, frozenset(_allowed_names(spec.get("tools"))))
+        # "auto", absent, or a form this proxy does not know: nothing to enforce.
+        return cls("auto", None)
+
+    def forbids(self, name: object) -> str | None:
+        """Why this call is not allowed, or None."""
+        if self.mode == "none":
+            return f"tool_choice is 'none' but the model called '{_clip(name)}'"
+        if self.allowed is not None and name not in self.allowed:
+            allowed = ", ".join(sorted(self.allowed)) or "no tool"
+            return f"tool_choice allows only {allowed} but the model called '{_clip(name)}'"
+        return None
+
+    def describe_missing(self) -> str:
+        if self.allowed is None:
+            return "tool_choice is 'required' but the model made no tool call"
+        return f"tool_choice requires a call to {', '.join(sorted(self.allowed))} but the model made no tool call"
+
+
+def _allowed_names(tools: object) -> list[str]:
+    names = []
+    for tool in tools if isinstance(tools, list) else []:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if isinstance(name, str):
+            names.append(name)
+    return names
+
+
+def _echoes_a_parsed_call(leak: LeakedCall, calls: list[object]) -> bool:
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or function.get("name") != leak.name:
+            continue
+        if (
+            leak.arguments is None
+            or parse_arguments(function.get("arguments"))[0] == leak.arguments
+        ):
+            return True
+    return False
+
+
+def _check_call(
+    position: int, call: object, index: ToolIndex, rule: _ChoiceRule, *, cut_off: bool
+) -> Violation | None:
+    if not isinstance(call, dict):
+        return Violation(
+            Channel.MALFORMED_ARGUMENTS, "the tool call is not an object", None, position
+        )
+    if (call.get("type") or "function") != "function":
+        return None  # custom and other tool types carry no JSON arguments to check
+    call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else None
+    function = call.get("function")
+    function = function if isinstance(function, dict) else {}
+    name = function.get("name")
+    raw_name = name if isinstance(name, str) else None
+
+    def violation(channel: Channel, text: str, pointers: tuple[str, ...] = ()) -> Violation:
+        return Violation(channel, text, raw_name, position, call_id, pointers)
+
+    forbidden = rule.forbids(name)
+    if forbidden is not None:
+        return violation(Channel.TOOL_CHOICE_VIOLATION, forbidden)
+    if not raw_name:
+        return violation(Channel.UNKNOWN_TOOL, "the tool call names no function")
+    shown = _clip(raw_name, 100)
+    if not index.has(raw_name):
+        return violation(
+            Channel.UNKNOWN_TOOL, f"tool '{shown}' is not declared in the request's tools"
+        )
+    arguments = function.get("arguments")
+    parsed, problem = parse_arguments(arguments)
+    if cut_off and (
+        parsed is _UNPARSABLE or (isinstance(arguments, str) and not arguments.strip())
+    ):
+        # The response stopped at the token limit inside this call: whatever its arguments look
+        # like, they are not what the model meant to send.
+        return violation(
+            Channel.TRUNCATED, f"the arguments of '{shown}' were cut off at the token limit"
+        )
+    if problem is not None:
+        return violation(Channel.MALFORMED_ARGUMENTS, f"the arguments of '{shown}' {problem}")
+    errors = index.check(raw_name, parsed)
+    if errors:
+        detail = "; ".join(f"{e.pointer or '/'}: {e.message}" for e in errors)
+        return violation(
+            Channel.SCHEMA_VIOLATION,
+            f"the arguments of '{shown}' do not match its parameters: {detail}",
+            tuple(e.pointer for e in errors),
+        )
+    return None
+
+
+_UNPARSABLE: Final = object()
+
+
+def parse_arguments(arguments: object) -> tuple[object, str | None]:
+    """Parse a tool call's `arguments` string the way an OpenAI-compatible client would.
+
+    Returns `(object, None)` for a JSON object (`{}` for an empty or blank string), else
+    `(value, reason)`: the parsed non-object value, or an unparsable marker, with a short reason
+    that completes "the arguments of 'X' …".
+    """
+    if not isinstance(arguments, str):
+        kind = "missing" if arguments is None else f"a JSON {_json_type(arguments)}"
+        return _UNPARSABLE, f"must be a string holding a JSON object, got {kind}"
+    if not arguments.strip():
+        return {}, None
+    try:
+        # orjson is strict RFC 8259: no NaN, no Infinity, no lone surrogates (which the schema
+        # validator could not take either).
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError as exc:
+        return _UNPARSABLE, f"are not valid JSON ({_clip(str(exc), 120)})"
+    if not isinstance(value, dict):
+        return value, f"are a JSON {_json_type(value)}, not a JSON object"
+    return value, None
+
+
+def _is_blank(message: Mapping[str, Any]) -> bool:
+    content = message.get("content")
+    if isinstance(content, list):  # content parts
+        content = "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+    refusal = message.get("refusal")
+    has_text = isinstance(content, str) and content.strip()
+    return not has_text and not (isinstance(refusal, str) and refusal.strip())
+
+
+def _build(tools: list[object], limits: GuardLimits) -> ToolIndex:
+    schemas: dict[str, dict[str, Any]] = {}
+    validators: dict[str, jsonschema_rs.Validator] = {}
+    declared: dict[str, object] = {}
+    for position, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise _bad(f"tools[{position}] must be a tool object, not {_json_type(tool)}")
+        kind = tool.get("type", "function")
+        if kind != "function":
+            spec = tool.get(kind) if isinstance(kind, str) else None
+            name = spec.get("name") if isinstance(spec, dict) else None
+            if isinstance(name, str) and name and name not in schemas:
+                schemas[name], declared[name] = {}, tool
+            continue
+        function = tool.get("function")
+        if not isinstance(function, dict):
+            raise _bad(f"tools[{position}].function must be an object with a name")
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise _bad(f"tools[{position}].function.name must be a non-empty string")
+        if name in declared:
+            if declared[name] == tool:
+                continue  # the same tool listed twice changes nothing
+            raise _bad(f"tools[{position}]: two different tools are named '{name}'")
+        declared[name] = tool
+        parameters = function.get("parameters")
+        if parameters is None:
+            schemas[name] = {}
+            continue
+        if not isinstance(parameters, dict):
+            raise _bad(f"tools[{position}] ('{name}'): parameters must be a JSON Schema object")
+        _check_size(position, name, parameters, limits)
+        schemas[name] = parameters
+        validators[name] = _compile_schema(position, name, parameters)
+    return ToolIndex(schemas, validators)
+
+
+def _compile_schema(position: int, name: str, schema: dict[str, Any]) -> jsonschema_rs.Validator:
+    try:
+        return jsonschema_rs.validator_for(
+            schema,
+            pattern_options=jsonschema_rs.FancyRegexOptions(
+                backtrack_limit=REGEX_BACKTRACK_LIMIT, size_limit=REGEX_SIZE_LIMIT
+            ),
+            validate_formats=False,
+            offline=True,
+        )
+    except (ValueError, jsonschema_rs.ReferencingError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise _bad(
+            f"tools[{position}] ('{name}'): parameters is not a valid JSON Schema: {_clip(reason, 200)}"
+        ) from None
+
+
+def _check_size(position: int, name: str, schema: dict[str, Any], limits: GuardLimits) -> None:
+    depth = _depth(schema, limits.max_schema_depth)
+    if depth > limits.max_schema_depth:
+        raise _bad(
+            f"tools[{position}] ('{name}'): parameters nest deeper than max_schema_depth={limits.max_schema_depth}"
+        )
+    size = len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > limits.max_schema_bytes:
+        raise _bad(
+            f"tools[{position}] ('{name}'): parameters take {size} bytes; the limit is max_schema_bytes={limits.max_schema_bytes}"
+        )
+
+
+def _depth(value: object, stop_after: int) -> int:
+    """Nesting depth of objects and arrays (a scalar is 0); stops counting past `stop_after`."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        children = (
+            node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        )
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        if deepest > stop_after:
+            return deepest
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def _canonical_json(tools: list[Any], limits: GuardLimits) -> bytes:
+    try:
+        return orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        pass
+    # orjson stops at 255 levels and 64-bit integers; find out whether that is a limit breach.
+    for position, tool in enumerate(tools):
+        if _depth(tool, limits.max_schema_depth + 3) > limits.max_schema_depth + 3:
+            raise _bad(
+                f"tools[{position}] nests deeper than max_schema_depth={limits.max_schema_depth}"
+            )
+    try:
+        text = json.dumps(
+            tools, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise _bad(f"'tools' is not JSON: {_clip(str(exc), 120)}") from None
+    return text.encode()
+
+
+def _pointer_of(error: jsonschema_rs.ValidationError) -> str:
+    path: list[str | int] = list(error.instance_path)
+    kind = error.kind
+    # Point at the missing or unexpected key itself: that is the field the model has to fix.
+    if isinstance(kind, jsonschema_rs.ValidationErrorKind.Required):
+        path.append(str(kind.property))
+    elif (
+        isinstance(kind, jsonschema_rs.ValidationErrorKind.AdditionalProperties) and kind.unexpected
+    ):
+        path.append(str(kind.unexpected[0]))
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _clip(text: object, limit: int = _MESSAGE_LIMIT) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _bad(message: str) -> BadRequestError:
+    return BadRequestError(message, param="tools")
