@@ -370,8 +370,9 @@ def render_html(title: str, sections: Sequence[Section]) -> str:
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         '<p class="note">Scores and rates in points (per 100). Budget k: the score had every '
-        "episode been stopped when its tool errors reached k, from the recorded run. "
-        "A is the reference run, B the candidate.</p>",
+        "episode been stopped when its tool errors reached k, from the recorded run."
+        + (" A is the reference run, B the candidate." if comparisons else "")
+        + "</p>",
     ]
     if comparisons:
         parts.append("<h2>Comparison</h2>")
