@@ -340,6 +340,15 @@ def _print_analysis(run: RunAnalysis) -> None:
                 [[k, str(v)] for k, v in silent.most_common()],
             )
         )
+    proxy = run.proxy_channels()
+    if proxy or run.repairs:
+        console.print(
+            _table(
+                f"Reported by the proxy ({run.repairs} repairs)",
+                ["channel", "violations"],
+                [[k, str(v)] for k, v in proxy.most_common()],
+            )
+        )
     console.print(
         _table(
             "Errors per episode",

@@ -15,7 +15,8 @@ against `max_errors`, the agent's and the user's — and falls in exactly one ch
 
 The validator also finds mistakes that raised no error — a call the tool tolerated, a tool call
 leaked into the text, an empty message. Those do not consume the error budget and are kept apart
-as `silent` violations.
+as `silent` violations. When the episode ran through the proxy, its `toolsentry` block adds what
+the proxy counted, repaired violations included (`proxy_channels`, `repairs`).
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ class EpisodeFailures:
     agent_calls: int
     user_calls: int
     silent: tuple[Violation, ...] = field(default_factory=tuple)
+    proxy_channels: Mapping[str, int] = field(default_factory=dict)
+    repairs: int = 0
 
     @property
     def errors(self) -> int:
@@ -197,7 +200,23 @@ def classify_simulation(
         agent_calls=agent_calls,
         user_calls=user_calls,
         silent=tuple(silent),
+        **_proxy_report(simulation.toolsentry),
     )
+
+
+def _proxy_report(block: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What the proxy itself counted in the episode (its `toolsentry` block), when it was there:
+    violations per channel, repaired ones included, which the trajectory no longer shows."""
+    if not isinstance(block, Mapping):
+        return {}
+    channels = block.get("channels")
+    repairs = block.get("repairs")
+    return {
+        "proxy_channels": {str(k): v for k, v in (channels or {}).items() if isinstance(v, int)}
+        if isinstance(channels, Mapping)
+        else {},
+        "repairs": repairs if isinstance(repairs, int) else 0,
+    }
 
 
 def count_channels(episodes: Iterable[EpisodeFailures]) -> Counter[ErrorChannel]:

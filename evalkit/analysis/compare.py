@@ -8,6 +8,10 @@ per-channel rate ratios B/A, Spearman rank correlation of failure signatures (wr
 (task, channel) pairs), the share of B's failures whose signature never occurs in A, and the gap
 A − B between the budget curves at every budget. Rewards and differences are fractions of 1;
 reports show them as points (×100).
+
+The bootstrap and the sign-flip test resample tasks (all of a task's pairs together); TOST takes
+one mean difference per task as its unit. The rates behind the ratios are per call: the agent's
+calls for the agent's channels, the user's calls for `user_tool_error`.
 """
 
 from __future__ import annotations

@@ -111,6 +111,19 @@ class RunAnalysis:
         """Violations the validator found that raised no tool error, per proxy channel."""
         return Counter(v.channel.value for e in self.episodes for v in e.silent)
 
+    def proxy_channels(self) -> Counter[str]:
+        """Violations the proxy reported per channel (repaired ones included), from the
+        simulations' `toolsentry` blocks; empty for runs that did not go through the proxy."""
+        total: Counter[str] = Counter()
+        for episode in self.episodes:
+            total.update(episode.proxy_channels)
+        return total
+
+    @property
+    def repairs(self) -> int:
+        """Repairs the proxy reported over the run."""
+        return sum(e.repairs for e in self.episodes)
+
     def tasks(self) -> list[TaskSummary]:
         """Per-task summaries, in order of first appearance."""
         grouped: dict[str, list[EpisodeFailures]] = {}
@@ -147,6 +160,10 @@ class RunAnalysis:
             "errors_per_episode": {str(n): c for n, c in self.errors_per_episode().items()},
             "wrong_tool_names": dict(self.wrong_tool_names().most_common()),
             "silent_violations": dict(self.silent_violations().most_common()),
+            "proxy": {
+                "channels": dict(self.proxy_channels().most_common()),
+                "repairs": self.repairs,
+            },
             "schema_source": self.schema_source,
             "sources": list(self.sources),
             "tasks": [t.to_dict() for t in self.tasks()],

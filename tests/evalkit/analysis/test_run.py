@@ -71,6 +71,27 @@ def test_the_json_leads_with_the_documented_keys(tmp_path: Path) -> None:
     assert len(data["per_episode"]) == 4
 
 
+def test_the_proxys_own_counts_are_summed_from_the_toolsentry_blocks(tmp_path: Path) -> None:
+    through_proxy = episode("1", [Call(UNKNOWN, "get_weather")])
+    through_proxy["toolsentry"] = {
+        "turns": [],
+        "channels": {"unknown_tool": 3, "schema_violation": 1},
+        "repairs": 2,
+        "errors": 1,
+    }
+    direct = episode("2")
+    path = write(tmp_path / "proxy.json", results([through_proxy, direct]))
+    (run,) = load_runs([path], resamples=200)
+    assert run.proxy_channels() == {"unknown_tool": 3, "schema_violation": 1}
+    assert run.repairs == 2
+    # The trajectory shows the one failure the agent experienced; the proxy saw three more.
+    assert run.channels()[ErrorChannel.UNKNOWN_TOOL] == 1
+    assert run.to_dict()["proxy"] == {
+        "channels": {"unknown_tool": 3, "schema_violation": 1},
+        "repairs": 2,
+    }
+
+
 def test_an_empty_run_has_zero_figures_and_no_curve() -> None:
     run = analyze_episodes([], max_errors=5)
     assert (run.mean_reward, run.errors, run.errors_per_episode()) == (0.0, 0, {})
