@@ -16,9 +16,20 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from evalkit.analysis.channels import ErrorChannel
+from evalkit.analysis.compare import CellComparison, compare_cells
+from evalkit.analysis.load import default_tool_source, load_runs, pair_cells
+from evalkit.analysis.run import RunAnalysis
+from evalkit.analysis.stats import DEFAULT_RESAMPLES
 from evalkit.domains import get_domain
 from evalkit.errors import EvalkitError, UsageError
 from evalkit.formats import read_results
+from evalkit.report import (
+    budget_rows,
+    channel_rows,
+    compare_rows,
+    write_report,
+)
 from evalkit.rescore import RescoreReport, rescore
 
 app = typer.Typer(
@@ -104,6 +115,297 @@ def _print_report(report: RescoreReport) -> None:
 
 def _reward(value: float | None) -> str:
     return "—" if value is None else f"{value:g}"
+
+
+# -- analyze, compare, report --------------------------------------------------------------------
+
+DataDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        help="τ²-bench data directory (DIR/domains/<name> or DIR/<name>) or one domain directory, "
+        "for the agent's tool schemas; default: the shipped domains. Domains that are not built "
+        "in are classified from the recorded error texts.",
+    ),
+]
+ResamplesOption = Annotated[
+    int, typer.Option("--resamples", min=100, help="Bootstrap and permutation resamples.")
+]
+SeedOption = Annotated[int, typer.Option("--seed", help="Seed of the resampling.")]
+SideOption = Annotated[
+    list[Path] | None,
+    typer.Option(help="A results file of this side (repeatable; trials and shards are pooled)."),
+]
+
+
+@app.command("analyze")
+def analyze_command(
+    results: Annotated[list[Path], typer.Argument(help="Results files of one run.")],
+    data_dir: DataDirOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the analysis as JSON.")] = False,
+    label: Annotated[str | None, typer.Option(help="Name of the run in the output.")] = None,
+    resamples: ResamplesOption = DEFAULT_RESAMPLES,
+    seed: SeedOption = 0,
+) -> None:
+    """Failures per channel, errors per episode and the budget curve of one run.
+
+    Every tool message with error: true is classified into one channel; the budget curve gives
+    the pass rate at every error budget k = 0…max_errors from this one run.
+    """
+    with exit_on_error():
+        runs = load_runs(
+            results,
+            tools=default_tool_source(data_dir),
+            label=label,
+            resamples=resamples,
+            seed=seed,
+        )
+        if len(runs) != 1:
+            names = "; ".join(f"{r.domain} · {r.model}" for r in runs)
+            raise UsageError(
+                f"these files hold {len(runs)} runs ({names}); analyze one domain and model at "
+                "a time, or use `evalkit report --a FILE ...` for several"
+            )
+    run = runs[0]
+    if as_json:
+        typer.echo(json.dumps(run.to_dict(), indent=2))
+    else:
+        _print_analysis(run)
+
+
+@app.command("compare")
+def compare_command(
+    files: Annotated[
+        list[Path] | None,
+        typer.Argument(help="A.json B.json: the reference run, then the candidate."),
+    ] = None,
+    a: SideOption = None,
+    b: SideOption = None,
+    delta: Annotated[
+        float, typer.Option("--delta", min=0.01, help="TOST equivalence margin, in points.")
+    ] = 7.5,
+    data_dir: DataDirOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+    label_a: Annotated[str | None, typer.Option(help="Name of run A.")] = None,
+    label_b: Annotated[str | None, typer.Option(help="Name of run B.")] = None,
+    resamples: ResamplesOption = DEFAULT_RESAMPLES,
+    seed: SeedOption = 0,
+) -> None:
+    """Compare run B against the reference run A, per cell (domain and model).
+
+    Give one file per side as `A.json B.json`, or several with `--a FILE --a FILE --b FILE ...`.
+    Files are grouped into cells by domain and agent model; within a domain, A's models pair
+    with B's in the order given.
+    """
+    with exit_on_error():
+        a_files, b_files = _sides(files, a, b, single=False)
+        comparisons = _compare(a_files, b_files, data_dir, label_a, label_b, delta, resamples, seed)
+    if as_json:
+        document = {"margin_points": delta, "cells": [c.to_dict() for c in comparisons]}
+        typer.echo(json.dumps(document, indent=2))
+    else:
+        _print_comparisons(comparisons)
+
+
+@app.command("report")
+def report_command(
+    runs: Annotated[
+        list[Path] | None,
+        typer.Argument(help="RUN, or A.json B.json (more files: --a/--b)."),
+    ] = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path(
+        "report.html"
+    ),
+    a: SideOption = None,
+    b: SideOption = None,
+    delta: Annotated[
+        float, typer.Option("--delta", min=0.01, help="TOST equivalence margin, in points.")
+    ] = 7.5,
+    data_dir: DataDirOption = None,
+    label_a: Annotated[str | None, typer.Option(help="Name of run A.")] = None,
+    label_b: Annotated[str | None, typer.Option(help="Name of run B.")] = None,
+    title: Annotated[str, typer.Option(help="Title of the page.")] = "evalkit report",
+    resamples: ResamplesOption = DEFAULT_RESAMPLES,
+    seed: SeedOption = 0,
+) -> None:
+    """Write a self-contained HTML report, its Markdown twin and the figures (PNG, SVG).
+
+    With one side only (one RUN, or --a alone) the report shows each run; with two, it compares
+    B against A per cell.
+    """
+    with exit_on_error():
+        a_files, b_files = _sides(runs, a, b, single=True)
+        if b_files:
+            comparisons = _compare(
+                a_files, b_files, data_dir, label_a, label_b, delta, resamples, seed
+            )
+            single: list[RunAnalysis] = []
+        else:
+            comparisons = []
+            single = load_runs(
+                a_files,
+                tools=default_tool_source(data_dir),
+                label=label_a,
+                resamples=resamples,
+                seed=seed,
+            )
+        try:
+            written = write_report(output, comparisons=comparisons, runs=single, title=title)
+        except OSError as exc:
+            raise UsageError(f"{output}: cannot write the report: {exc}") from exc
+    typer.echo(f"wrote {written.html}, {written.markdown} and {len(written.figures)} figures")
+
+
+def _sides(
+    files: list[Path] | None, a: list[Path] | None, b: list[Path] | None, *, single: bool
+) -> tuple[list[Path], list[Path]]:
+    files, a, b = files or [], a or [], b or []
+    if files and (a or b):
+        raise UsageError("give the runs either as A.json B.json or with --a/--b, not both")
+    if files:
+        if len(files) == 2:
+            return [files[0]], [files[1]]
+        if len(files) == 1 and single:
+            return files, []
+        wanted = "one or two files" if single else "two files"
+        raise UsageError(
+            f"{len(files)} files given: expected {wanted} (A.json B.json); for more, name each "
+            "side with --a FILE and --b FILE"
+        )
+    if not a:
+        raise UsageError("no runs given: pass A.json B.json, or --a FILE ... --b FILE ...")
+    if not b and not single:
+        raise UsageError("no run B to compare with: pass --b FILE")
+    return a, b
+
+
+def _compare(
+    a_files: list[Path],
+    b_files: list[Path],
+    data_dir: Path | None,
+    label_a: str | None,
+    label_b: str | None,
+    delta: float,
+    resamples: int,
+    seed: int,
+) -> list[CellComparison]:
+    tools = default_tool_source(data_dir)
+    a_runs = load_runs(a_files, tools=tools, label=label_a, resamples=resamples, seed=seed)
+    b_runs = load_runs(b_files, tools=tools, label=label_b, resamples=resamples, seed=seed)
+    return compare_cells(
+        pair_cells(a_runs, b_runs), margin=delta / 100, resamples=resamples, seed=seed
+    )
+
+
+def _table(title: str, header: list[str], rows: list[list[str]]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in header:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _print_analysis(run: RunAnalysis) -> None:
+    console = Console()
+    per_episode = run.errors / len(run.episodes) if run.episodes else 0.0
+    console.print(
+        f"[bold]{run.domain} · {run.model}[/] ({run.label}): {len(run.episodes)} episodes, "
+        f"mean reward {100 * run.mean_reward:.1f}, {run.errors} tool errors "
+        f"({per_episode:.2f} per episode), budget {run.max_errors}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(
+        f"schemas: {run.schema_source or 'none (classified from the recorded error texts)'}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    header, rows = channel_rows([run])
+    counts, errors = run.channels(), run.errors
+    share = ["—" if not errors else f"{100 * counts[c] / errors:.0f}%" for c in ErrorChannel]
+    console.print(
+        _table(
+            f"Failures per channel ({errors} tool errors)",
+            [*header, "share of errors"],
+            [[*row, s] for row, s in zip(rows, share, strict=True)],
+        )
+    )
+    silent = run.silent_violations()
+    if silent:
+        console.print(
+            _table(
+                "Violations that raised no tool error",
+                ["channel", "count"],
+                [[k, str(v)] for k, v in silent.most_common()],
+            )
+        )
+    proxy = run.proxy_channels()
+    if proxy or run.repairs:
+        console.print(
+            _table(
+                f"Reported by the proxy ({run.repairs} repairs)",
+                ["channel", "violations"],
+                [[k, str(v)] for k, v in proxy.most_common()],
+            )
+        )
+    console.print(
+        _table(
+            "Errors per episode",
+            ["tool errors", "episodes"],
+            [[str(n), str(c)] for n, c in run.errors_per_episode().items()],
+        )
+    )
+    console.print(
+        _table(
+            "Termination reasons",
+            ["reason", "episodes"],
+            [[k, str(v)] for k, v in run.termination_reasons().most_common()],
+        )
+    )
+    names = run.wrong_tool_names()
+    if names:
+        console.print(
+            _table(
+                "Most frequent wrong tool names",
+                ["name", "calls"],
+                [[k, str(v)] for k, v in names.most_common(10)],
+            )
+        )
+    console.print(_table("Budget curve (pass rate, points)", *budget_rows([run])))
+    failing = sorted((t for t in run.tasks() if t.errors), key=lambda t: -t.errors)
+    if failing:
+        console.print(
+            _table(
+                "Tasks with tool errors",
+                ["task", "episodes", "mean reward", "errors", "channels"],
+                [
+                    [
+                        t.task_id,
+                        str(t.episodes),
+                        f"{100 * t.mean_reward:.1f}",
+                        str(t.errors),
+                        ", ".join(f"{k} {v}" for k, v in t.channels.items() if v),
+                    ]
+                    for t in failing
+                ],
+            )
+        )
+
+
+def _print_comparisons(comparisons: list[CellComparison]) -> None:
+    console = Console()
+    header, rows = compare_rows(comparisons)
+    for c, row in zip(comparisons, rows, strict=True):
+        figures = dict(zip(header, row, strict=True))
+        del figures["cell"]
+        figures["pairs"] += f" (unpaired: A {c.unmatched_a}, B {c.unmatched_b})"
+        figures["TOST p"] += f" (±{100 * c.margin:g} points)"
+        console.print(_table(c.name, ["", "value"], [[k, v] for k, v in figures.items()]))
+        console.print(_table(f"{c.name}: channels", *channel_rows((c.a, c.b), c)))
+        console.print(_table(f"{c.name}: budget curves", *budget_rows((c.a, c.b), c)))
+    for c in comparisons:
+        console.print(f"[bold]{c.name}[/]: {c.verdict()}", highlight=False, soft_wrap=True)
 
 
 def main() -> None:

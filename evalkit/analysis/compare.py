@@ -1,0 +1,409 @@
+"""Compare two runs of the same domain — A the reference (e.g. BF16), B the candidate (e.g. INT4)
+— and say in plain words whether a flat score hides damage (DESIGN §10).
+
+Episodes are paired by task and trial (the n-th episode of a task in A with the n-th in B,
+ordered by trial). Per cell: the score difference B − A with a paired bootstrap interval and a
+sign-flip test (Holm-corrected across cells by `compare_cells`), TOST equivalence within ±margin,
+per-channel rate ratios B/A, Spearman rank correlation of failure signatures (wrong tool names;
+(task, channel) pairs), the share of B's failures whose signature never occurs in A, and the gap
+A − B between the budget curves at every budget. Rewards and differences are fractions of 1;
+reports show them as points (×100).
+
+The bootstrap and the sign-flip test resample tasks (all of a task's pairs together); TOST takes
+one mean difference per task as its unit. The rates behind the ratios are per call: the agent's
+calls for the agent's channels, the user's calls for `user_tool_error`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from evalkit.analysis.budget import rewards_by_budget
+from evalkit.analysis.channels import EpisodeFailures, ErrorChannel
+from evalkit.analysis.run import RunAnalysis
+from evalkit.analysis.stats import (
+    DEFAULT_RESAMPLES,
+    RateRatio,
+    Tost,
+    cluster_bootstrap_ci,
+    holm,
+    rate_ratio,
+    sign_flip_test,
+    spearman,
+    tost_paired,
+)
+
+DEFAULT_MARGIN = 0.075  # ±7.5 points
+ALPHA = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelComparison:
+    """One channel's failures per call in A and B, and the rate ratio B/A."""
+
+    channel: ErrorChannel
+    a_count: int
+    a_calls: int
+    b_count: int
+    b_calls: int
+    ratio: RateRatio | None
+
+    @property
+    def a_rate(self) -> float | None:
+        return self.a_count / self.a_calls if self.a_calls else None
+
+    @property
+    def b_rate(self) -> float | None:
+        return self.b_count / self.b_calls if self.b_calls else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form."""
+        r = self.ratio
+        return {
+            "channel": self.channel.value,
+            "a_count": self.a_count,
+            "a_calls": self.a_calls,
+            "a_rate": self.a_rate,
+            "b_count": self.b_count,
+            "b_calls": self.b_calls,
+            "b_rate": self.b_rate,
+            "ratio": None if r is None else r.ratio,
+            "ci_low": None if r is None else r.low,
+            "ci_high": None if r is None else r.high,
+            "corrected": None if r is None else r.corrected,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetGap:
+    """How far B's budget curve lies below A's at budget `k` (A − B), with a paired interval."""
+
+    k: int
+    gap: float
+    ci_low: float
+    ci_high: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form."""
+        return {"k": self.k, "gap": self.gap, "ci_low": self.ci_low, "ci_high": self.ci_high}
+
+
+@dataclass(frozen=True)
+class CellComparison:
+    """A against B in one cell (a domain; a model pair). See the module docstring.
+
+    `difference` is B − A over the paired episodes and `ci` its interval; `p_value` the sign-flip
+    test's, `p_holm` after Holm's correction across the cells compared together; `tost` is None
+    with fewer than two tasks paired.
+    """
+
+    a: RunAnalysis
+    b: RunAnalysis
+    pairs: int
+    unmatched_a: int
+    unmatched_b: int
+    a_score: float
+    b_score: float
+    difference: float
+    ci: tuple[float, float]
+    p_value: float
+    p_holm: float
+    margin: float
+    tost: Tost | None
+    channels: tuple[ChannelComparison, ...]
+    tool_name_correlation: float | None
+    signature_correlation: float | None
+    novel_share: float | None
+    novel_tool_name_share: float | None
+    gaps: tuple[BudgetGap, ...]
+
+    @property
+    def domain(self) -> str:
+        return self.a.domain
+
+    @property
+    def name(self) -> str:
+        """The cell's name: domain, and the models when they differ from the labels."""
+        models = (
+            self.a.model if self.a.model == self.b.model else f"{self.a.model} vs {self.b.model}"
+        )
+        return f"{self.domain} · {models}"
+
+    @property
+    def equivalent(self) -> bool:
+        return self.tost is not None and self.tost.equivalent
+
+    @property
+    def differs(self) -> bool:
+        return self.p_holm < ALPHA
+
+    def largest_gap(self) -> BudgetGap | None:
+        """The budget (k ≥ 1) where B falls furthest behind A (the first one on ties)."""
+        candidates = [g for g in self.gaps if g.k >= 1]
+        return max(candidates, key=lambda g: g.gap) if candidates else None
+
+    def verdict(self) -> str:
+        """One line in plain words: the score, the channels that moved, the budget gap."""
+        low, high = (100 * x for x in self.ci)
+        diff = 100 * self.difference
+        spread = f"B − A {diff:+.1f} [{low:+.1f}, {high:+.1f}]"
+        if self.pairs == 0:
+            return "no episodes could be paired by task and trial"
+        if self.equivalent:
+            score = f"score equivalent within ±{100 * self.margin:g} ({spread})"
+        elif self.differs:
+            direction = "lower" if diff < 0 else "higher"
+            score = f"score {direction} by {abs(diff):.1f} points ({spread}, Holm p = {self.p_holm:.2g})"
+        else:
+            score = f"score difference inconclusive ({spread})"
+        parts = [score]
+        # Channels whose rate moved, the largest increase first (the damage), then decreases.
+        moved = sorted(
+            (
+                (c.channel, c.ratio)
+                for c in self.channels
+                if c.ratio is not None and c.ratio.significant
+            ),
+            key=lambda cr: -cr[1].ratio,
+        )
+        parts += [f"{ch.label} ×{r.ratio:.1f} [{r.low:.1f}, {r.high:.1f}]" for ch, r in moved]
+        if not moved:
+            parts.append("no channel's rate changed significantly")
+        widest = self.largest_gap()
+        if widest is not None and all(g.gap == 0.0 for g in self.gaps):
+            parts.append("the same score at every budget")
+        elif widest is not None:
+            at_budget = next(g for g in self.gaps if g.k == self.gaps[-1].k)
+            text = f"gap at budget {widest.k}: {100 * widest.gap:.1f} points"
+            if widest.k != at_budget.k:
+                text += f" ({100 * at_budget.gap:.1f} at {at_budget.k})"
+            parts.append(text)
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON of one cell in `evalkit compare --json`."""
+        tost = self.tost
+        return {
+            "cell": self.name,
+            "domain": self.domain,
+            "a": {"label": self.a.label, "model": self.a.model, "episodes": len(self.a.episodes)},
+            "b": {"label": self.b.label, "model": self.b.model, "episodes": len(self.b.episodes)},
+            "pairs": self.pairs,
+            "unmatched": {"a": self.unmatched_a, "b": self.unmatched_b},
+            "a_score": self.a_score,
+            "b_score": self.b_score,
+            "difference": self.difference,
+            "ci_low": self.ci[0],
+            "ci_high": self.ci[1],
+            "p_value": self.p_value,
+            "p_holm": self.p_holm,
+            "tost": None
+            if tost is None
+            else {
+                "margin": self.margin,
+                "p": tost.p,
+                "equivalent": tost.equivalent,
+                "ci90_low": tost.ci[0],
+                "ci90_high": tost.ci[1],
+            },
+            "channels": [c.to_dict() for c in self.channels],
+            "spearman": {
+                "wrong_tool_names": self.tool_name_correlation,
+                "task_channel": self.signature_correlation,
+            },
+            "novel_share": {
+                "task_channel": self.novel_share,
+                "wrong_tool_names": self.novel_tool_name_share,
+            },
+            "budget_gap": [g.to_dict() for g in self.gaps],
+            "verdict": self.verdict(),
+        }
+
+
+def pair_episodes(
+    a: Sequence[EpisodeFailures], b: Sequence[EpisodeFailures]
+) -> list[tuple[EpisodeFailures, EpisodeFailures]]:
+    """Pairs (A's, B's) of episodes of the same task and trial, in A's order.
+
+    The n-th episode of a task on one side (ordered by trial, unnumbered trials last, then as
+    recorded) pairs with the n-th on the other, so two one-trial runs of the same tasks pair up
+    even when both number their trial 0.
+    """
+    keyed_b = _by_task_and_rank(b)
+    return [(e, keyed_b[key]) for key, e in _by_task_and_rank(a).items() if key in keyed_b]
+
+
+def _by_task_and_rank(
+    episodes: Sequence[EpisodeFailures],
+) -> dict[tuple[str, int], EpisodeFailures]:
+    grouped: dict[str, list[tuple[int, EpisodeFailures]]] = {}
+    for position, episode in enumerate(episodes):
+        grouped.setdefault(episode.task_id, []).append((position, episode))
+    keyed: list[tuple[int, tuple[str, int], EpisodeFailures]] = []
+    for task_id, entries in grouped.items():
+        entries.sort(key=lambda pe: (pe[1].trial is None, pe[1].trial or 0, pe[0]))
+        keyed.extend((position, (task_id, rank), e) for rank, (position, e) in enumerate(entries))
+    keyed.sort(key=lambda entry: entry[0])
+    return {key: episode for _, key, episode in keyed}
+
+
+@dataclass(frozen=True, slots=True)
+class _Paired:
+    """The statistics of the paired episodes."""
+
+    a_score: float = 0.0
+    b_score: float = 0.0
+    difference: float = 0.0
+    ci: tuple[float, float] = (0.0, 0.0)
+    p_value: float = 1.0
+    tost: Tost | None = None
+    gaps: tuple[BudgetGap, ...] = ()
+
+
+def _paired_statistics(
+    pairs: Sequence[tuple[EpisodeFailures, EpisodeFailures]],
+    budget: int,
+    margin: float,
+    confidence: float,
+    resamples: int,
+    seed: int,
+) -> _Paired:
+    if not pairs:
+        return _Paired()
+    ra = np.array([ea.reward for ea, _ in pairs])
+    rb = np.array([eb.reward for _, eb in pairs])
+    tasks: list[Hashable] = [ea.task_id for ea, _ in pairs]
+    curve_a = rewards_by_budget(ra.tolist(), [ea.errors for ea, _ in pairs], budget)
+    curve_b = rewards_by_budget(rb.tolist(), [eb.errors for _, eb in pairs], budget)
+    differences = rb - ra
+    # One bootstrap for the score difference and every budget's gap, so they agree.
+    table = np.column_stack([differences, curve_a - curve_b])
+    low, high = cluster_bootstrap_ci(
+        table, tasks, confidence=confidence, resamples=resamples, seed=seed
+    )
+    per_task = _task_means(differences.tolist(), tasks)
+    n = len(pairs)
+    return _Paired(
+        a_score=math.fsum(ra.tolist()) / n,
+        b_score=math.fsum(rb.tolist()) / n,
+        difference=math.fsum(differences.tolist()) / n,
+        ci=(float(low[0]), float(high[0])),
+        p_value=sign_flip_test(differences, tasks, resamples=resamples, seed=seed),
+        tost=tost_paired(per_task, margin, alpha=ALPHA) if len(per_task) >= 2 else None,
+        gaps=tuple(
+            BudgetGap(
+                k=k,
+                gap=math.fsum((curve_a[:, k] - curve_b[:, k]).tolist()) / n,
+                ci_low=float(low[k + 1]),
+                ci_high=float(high[k + 1]),
+            )
+            for k in range(budget + 1)
+        ),
+    )
+
+
+def compare_runs(
+    a: RunAnalysis,
+    b: RunAnalysis,
+    *,
+    margin: float = DEFAULT_MARGIN,
+    confidence: float = 0.95,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> CellComparison:
+    """Compare run B against the reference run A (one cell; `p_holm` is the raw p-value here).
+
+    `margin` is the equivalence margin as a fraction of the reward (0.075 = ±7.5 points). The
+    budget gap runs to the smaller of the two runs' budgets.
+
+    Raises:
+        ValueError: when `margin` is not positive.
+    """
+    if margin <= 0:
+        raise ValueError(f"the equivalence margin must be positive, got {margin}")
+    pairs = pair_episodes(a.episodes, b.episodes)
+    paired = _paired_statistics(
+        pairs, min(a.max_errors, b.max_errors), margin, confidence, resamples, seed
+    )
+    tool_corr, tool_novel = _signatures(a.wrong_tool_names(), b.wrong_tool_names())
+    sig_corr, sig_novel = _signatures(_task_channel(a.episodes), _task_channel(b.episodes))
+    return CellComparison(
+        a=a,
+        b=b,
+        pairs=len(pairs),
+        unmatched_a=len(a.episodes) - len(pairs),
+        unmatched_b=len(b.episodes) - len(pairs),
+        a_score=paired.a_score,
+        b_score=paired.b_score,
+        difference=paired.difference,
+        ci=paired.ci,
+        p_value=paired.p_value,
+        p_holm=paired.p_value,
+        margin=margin,
+        tost=paired.tost,
+        channels=tuple(_channel_comparison(c, a, b, confidence) for c in ErrorChannel),
+        tool_name_correlation=tool_corr,
+        signature_correlation=sig_corr,
+        novel_share=sig_novel,
+        novel_tool_name_share=tool_novel,
+        gaps=paired.gaps,
+    )
+
+
+def compare_cells(
+    cells: Sequence[tuple[RunAnalysis, RunAnalysis]],
+    *,
+    margin: float = DEFAULT_MARGIN,
+    confidence: float = 0.95,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> list[CellComparison]:
+    """Compare every (A, B) cell, with Holm's correction of the score tests across the cells."""
+    compared = [
+        compare_runs(a, b, margin=margin, confidence=confidence, resamples=resamples, seed=seed)
+        for a, b in cells
+    ]
+    adjusted = holm([c.p_value for c in compared])
+    return [replace(c, p_holm=p) for c, p in zip(compared, adjusted, strict=True)]
+
+
+def _channel_comparison(
+    channel: ErrorChannel, a: RunAnalysis, b: RunAnalysis, confidence: float
+) -> ChannelComparison:
+    a_count, b_count = a.channels()[channel], b.channels()[channel]
+    a_calls, b_calls = a.calls_for(channel), b.calls_for(channel)
+    # A rate ratio needs events within trials; a call can fail only once, but a tool message
+    # that answers no recorded call could still push a count past the calls.
+    ratio = (
+        rate_ratio(a_count, a_calls, b_count, b_calls, confidence=confidence)
+        if a_count <= a_calls and b_count <= b_calls
+        else None
+    )
+    return ChannelComparison(channel, a_count, a_calls, b_count, b_calls, ratio)
+
+
+def _task_channel(episodes: Sequence[EpisodeFailures]) -> Counter[str]:
+    return Counter(f"{e.task_id}|{f.channel.value}" for e in episodes for f in e.failures)
+
+
+def _signatures(a: Counter[str], b: Counter[str]) -> tuple[float | None, float | None]:
+    """Spearman correlation of the counts over the union of signatures, and the share of B's
+    failures whose signature A never shows (None when B has none)."""
+    keys = sorted(set(a) | set(b))
+    correlation = spearman([a[k] for k in keys], [b[k] for k in keys]) if keys else None
+    total = sum(b.values())
+    novel = sum(count for key, count in b.items() if a[key] == 0)
+    return correlation, (novel / total if total else None)
+
+
+def _task_means(values: Sequence[float], tasks: Sequence[Hashable]) -> list[float]:
+    grouped: dict[Hashable, list[float]] = {}
+    for value, task in zip(values, tasks, strict=True):
+        grouped.setdefault(task, []).append(value)
+    return [math.fsum(v) / len(v) for v in grouped.values()]

@@ -1,0 +1,201 @@
+"""Runs from results files: read them, find the agent's tool schemas, classify every episode, and
+group the episodes into runs by domain and agent model. This is the analysis's I/O edge.
+
+Tool schemas are optional and come from a `ToolSource`. The default one takes the schemas a
+results file records (`info.environment_info.tool_defs`), else the registered domain's toolkit
+(`get_domain`); a domain that is not registered (or a file that names none) has no schemas, and
+its failures are classified from the recorded texts alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evalkit.analysis.channels import DeclaredTools, EpisodeFailures, classify_simulation
+from evalkit.analysis.run import DEFAULT_MAX_ERRORS, RunAnalysis, analyze_episodes
+from evalkit.analysis.stats import DEFAULT_RESAMPLES
+from evalkit.domains import get_domain
+from evalkit.errors import UnknownDomainError, UsageError
+from evalkit.formats import Results, read_results
+from proxy.errors import ToolsentryError
+from proxy.guard.toolcheck import compile_tools
+
+ToolSource = Callable[[str, Results], DeclaredTools | None]
+"""Given a domain name and a results file, the agent's declared tools, or None if unknown."""
+
+
+def recorded_tools(domain: str, results: Results) -> DeclaredTools | None:
+    """The tool schemas a results file records in `info.environment_info.tool_defs` (a list of
+    OpenAI tools, or a mapping of name to tool); None when absent or not valid tools."""
+    environment = results.info.get("environment_info")
+    defs = environment.get("tool_defs") if isinstance(environment, dict) else None
+    tools = list(defs.values()) if isinstance(defs, dict) else defs
+    if not isinstance(tools, list) or not tools:
+        return None
+    try:
+        index = compile_tools(tools)
+    except ToolsentryError:
+        return None
+    return DeclaredTools(index, "tool_defs recorded in the results file")
+
+
+def domain_tools(data_dir: Path | None = None) -> ToolSource:
+    """A source of the tools of registered domains, loaded from `data_dir` when given.
+
+    `data_dir` holds domain directories (`DIR/domains/<name>` or `DIR/<name>`, as τ²-bench's data
+    directory does) or is one (`DIR` named after the domain); other domains load the data
+    shipped with evalkit. Unregistered domains give None. Each domain is loaded once.
+    """
+    loaded: dict[str, DeclaredTools | None] = {}
+
+    def source(domain: str, results: Results) -> DeclaredTools | None:
+        if domain not in loaded:
+            loaded[domain] = _load_domain_tools(domain, data_dir)
+        return loaded[domain]
+
+    return source
+
+
+def _load_domain_tools(domain: str, data_dir: Path | None) -> DeclaredTools | None:
+    directory = _domain_dir(domain, data_dir)
+    try:
+        agent_toolkit, _ = get_domain(domain, directory).toolkit_classes()
+    except UnknownDomainError:
+        return None
+    where = "shipped" if directory is None else str(directory)
+    return DeclaredTools(compile_tools(agent_toolkit.openai_tools()), f"{domain} tools ({where})")
+
+
+def _domain_dir(domain: str, data_dir: Path | None) -> Path | None:
+    if data_dir is None:
+        return None
+    for candidate in (data_dir / "domains" / domain, data_dir / domain):
+        if candidate.is_dir():
+            return candidate
+    return data_dir if data_dir.name == domain else None
+
+
+def default_tool_source(data_dir: Path | None = None) -> ToolSource:
+    """Recorded schemas first, then the domain registry's (see the module docstring)."""
+    registry = domain_tools(data_dir)
+
+    def source(domain: str, results: Results) -> DeclaredTools | None:
+        return recorded_tools(domain, results) or registry(domain, results)
+
+    return source
+
+
+@dataclass
+class _Group:
+    domain: str
+    model: str
+    max_errors: int
+    episodes: list[EpisodeFailures]
+    paths: list[Path]
+    schema_source: str | None
+
+
+def load_runs(
+    paths: Sequence[Path],
+    *,
+    tools: ToolSource | None = None,
+    label: str | None = None,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> list[RunAnalysis]:
+    """Read results files and analyse them as runs: one per (domain, agent model), in order of
+    first appearance; the files of one run (trials, shards) are pooled.
+
+    `tools` finds the agent's schemas (default: `default_tool_source()`). A run's budget is the
+    smallest `max_errors` among its files (τ²-bench's default, 10, when a file records none).
+    Its label is `label`, else the name of its first file.
+
+    Raises:
+        ResultsFileError: when a file cannot be read.
+        DataError: when a domain directory cannot be loaded.
+    """
+    source = tools or default_tool_source()
+    groups: dict[tuple[str, str], _Group] = {}
+    for path in paths:
+        results = read_results(path)
+        domain, model = run_key(results)
+        declared = source(domain, results)
+        group = groups.get((domain, model))
+        if group is None:
+            group = groups[(domain, model)] = _Group(
+                domain, model, _max_errors(results), [], [], None
+            )
+        group.max_errors = min(group.max_errors, _max_errors(results))
+        group.paths.append(Path(path))
+        if declared is not None and group.schema_source is None:
+            group.schema_source = declared.source
+        group.episodes.extend(classify_simulation(s, declared) for s in results.simulations)
+    return [
+        analyze_episodes(
+            g.episodes,
+            max_errors=g.max_errors,
+            label=label or _default_label(g.paths),
+            domain=g.domain,
+            model=g.model,
+            schema_source=g.schema_source,
+            sources=[str(p) for p in g.paths],
+            resamples=resamples,
+            seed=seed,
+        )
+        for g in groups.values()
+    ]
+
+
+def run_key(results: Results) -> tuple[str, str]:
+    """(domain, agent model) as the file's `info` names them; `unknown` where it does not."""
+    environment = results.info.get("environment_info")
+    agent = results.info.get("agent_info")
+    domain = environment.get("domain_name") if isinstance(environment, dict) else None
+    model = agent.get("llm") if isinstance(agent, dict) else None
+    return (
+        domain if isinstance(domain, str) and domain else "unknown",
+        model if isinstance(model, str) and model else "unknown",
+    )
+
+
+def _max_errors(results: Results) -> int:
+    value: Any = results.info.get("max_errors")
+    return value if isinstance(value, int) and value >= 0 else DEFAULT_MAX_ERRORS
+
+
+def _default_label(paths: Sequence[Path]) -> str:
+    first = paths[0].stem
+    return first if len(paths) == 1 else f"{first} (+{len(paths) - 1} more)"
+
+
+def pair_cells(
+    a_runs: Sequence[RunAnalysis], b_runs: Sequence[RunAnalysis]
+) -> list[tuple[RunAnalysis, RunAnalysis]]:
+    """Pair A's runs with B's into cells: by domain, and within a domain in the order given
+    (the first A model of a domain with the first B model of that domain, and so on).
+
+    Raises:
+        UsageError: when a domain has a different number of runs on the two sides.
+    """
+    cells: list[tuple[RunAnalysis, RunAnalysis]] = []
+    domains = list(dict.fromkeys(r.domain for r in [*a_runs, *b_runs]))
+    for domain in domains:
+        a_side = [r for r in a_runs if r.domain == domain]
+        b_side = [r for r in b_runs if r.domain == domain]
+        if len(a_side) != len(b_side):
+            raise UsageError(
+                f"domain {domain!r}: A has {_describe(a_side)} but B has {_describe(b_side)}; "
+                "give each side the same domains and models"
+            )
+        cells.extend(zip(a_side, b_side, strict=True))
+    return cells
+
+
+def _describe(runs: Sequence[RunAnalysis]) -> str:
+    if not runs:
+        return "no run"
+    models = ", ".join(r.model for r in runs)
+    return f"{len(runs)} run(s) ({models})"

@@ -1,0 +1,156 @@
+"""`evalkit analyze`, `compare` and `report` on real and hand-built results files: output, JSON,
+and bad input turned into a message and an exit code."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from evalkit.cli import app
+from tests.evalkit.analysis.builders import OK, UNKNOWN, Call, episode, results, write
+
+REPO = Path(__file__).resolve().parents[1].parent
+runner = CliRunner()
+
+
+def _pair(tmp_path: Path) -> tuple[Path, Path]:
+    """Twenty tasks: A calls a made-up tool on tasks 0-1 once, B on tasks 0-7 twice and fails
+    task 1; every episode also makes two good calls."""
+    tasks = [str(i) for i in range(20)]
+    good = [Call(OK), Call(OK)]
+    a = [episode(t, [Call(UNKNOWN, "get_weather")] * (int(t) < 2) + good) for t in tasks]
+    b = [
+        episode(t, [Call(UNKNOWN, "get_weather")] * 2 * (int(t) < 8) + good, reward=float(t != "1"))
+        for t in tasks
+    ]
+    return (
+        write(tmp_path / "bf16.json", results(a, model="m")),
+        write(tmp_path / "int4.json", results(b, model="m")),
+    )
+
+
+def test_analyze_json_of_taus_retail_run(tau2_results_file: Path, tau2_dir: Path) -> None:
+    result = runner.invoke(
+        app,
+        [
+            "analyze",
+            str(tau2_results_file),
+            "--data-dir",
+            str(tau2_dir),
+            "--json",
+            "--resamples",
+            "500",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["episodes"] == 40
+    assert data["mean_reward"] == 0.85
+    assert data["channels"]["environment_error"] == 12
+    assert sum(data["channels"].values()) == 12
+    assert data["budget_curve"][-1] == {
+        "k": 10,
+        "pass_rate": 0.85,
+        "ci_low": data["budget_curve"][-1]["ci_low"],
+        "ci_high": data["budget_curve"][-1]["ci_high"],
+    }
+    assert data["termination_reasons"] == {"user_stop": 40}
+
+
+def test_analyze_prints_tables_of_channels_errors_and_budget(tmp_path: Path) -> None:
+    a, _ = _pair(tmp_path)
+    result = runner.invoke(app, ["analyze", str(a), "--resamples", "200"])
+    assert result.exit_code == 0, result.output
+    for heading in ("Failures per channel", "Errors per episode", "Budget curve", "get_weather"):
+        assert heading in result.output
+
+
+def test_analyze_refuses_files_of_two_runs_and_names_them(tmp_path: Path) -> None:
+    retail = write(tmp_path / "r.json", results([episode("1")]))
+    telecom = write(tmp_path / "t.json", results([episode("1")], domain="telecom"))
+    result = runner.invoke(app, ["analyze", str(retail), str(telecom)])
+    assert result.exit_code == 2
+    assert "2 runs (retail · test-model; telecom · test-model)" in result.output
+
+
+def test_compare_json_has_one_cell_with_a_verdict(tmp_path: Path) -> None:
+    a, b = _pair(tmp_path)
+    result = runner.invoke(app, ["compare", str(a), str(b), "--json", "--resamples", "500"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["margin_points"] == 7.5
+    (cell,) = data["cells"]
+    assert cell["pairs"] == 20
+    assert cell["difference"] == -0.05
+    # 16 of 56 calls against 2 of 42: ×6.0.
+    assert "tool-name hallucination ×6.0 [" in cell["verdict"]
+
+
+def test_compare_with_repeated_sides_groups_cells_and_prints_verdicts(tmp_path: Path) -> None:
+    a, b = _pair(tmp_path)
+    ta = write(tmp_path / "ta.json", results([episode("1"), episode("2")], domain="telecom"))
+    tb = write(tmp_path / "tb.json", results([episode("1"), episode("2")], domain="telecom"))
+    result = runner.invoke(
+        app,
+        [
+            *("compare", "--a", str(a), "--a", str(ta), "--b", str(b), "--b", str(tb)),
+            *("--delta", "5", "--label-a", "bf16", "--label-b", "int4", "--resamples", "200"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "retail · m: " in result.output
+    assert "telecom · test-model: score equivalent within ±5" in result.output
+
+
+def test_compare_refuses_ambiguous_sides(tmp_path: Path) -> None:
+    a, b = _pair(tmp_path)
+    three = runner.invoke(app, ["compare", str(a), str(b), str(a)])
+    assert three.exit_code == 2
+    assert "--a FILE and --b FILE" in three.output
+    mixed = runner.invoke(app, ["compare", str(a), str(b), "--a", str(a)])
+    assert mixed.exit_code == 2
+    assert "not both" in mixed.output
+    one_side = runner.invoke(app, ["compare", "--a", str(a)])
+    assert one_side.exit_code == 2
+    assert "--b FILE" in one_side.output
+
+
+def test_compare_of_a_missing_file_exits_4(tmp_path: Path) -> None:
+    a, _ = _pair(tmp_path)
+    result = runner.invoke(app, ["compare", str(a), str(tmp_path / "nope.json")])
+    assert result.exit_code == 4
+    assert "no such results file" in result.output
+
+
+def test_report_runs_as_a_program_and_writes_page_markdown_and_figures(tmp_path: Path) -> None:
+    a, b = _pair(tmp_path)
+    out = tmp_path / "out" / "report.html"
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "evalkit.cli", "report", str(a), str(b), "-o", str(out)),
+            *("--resamples", "200", "--title", "bf16 vs int4"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "6 figures" in proc.stdout
+    assert "<h1>bf16 vs int4</h1>" in out.read_text(encoding="utf-8")
+    assert out.with_suffix(".md").is_file()
+    assert len(list((out.parent / "report_figures").iterdir())) == 6
+
+
+def test_report_of_one_run_needs_no_second_side(tmp_path: Path) -> None:
+    a, _ = _pair(tmp_path)
+    result = runner.invoke(
+        app, ["report", str(a), "-o", str(tmp_path / "one.html"), "--resamples", "200"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "Comparison" not in (tmp_path / "one.html").read_text(encoding="utf-8")
