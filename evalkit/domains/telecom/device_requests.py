@@ -220,7 +220,8 @@ class TelecomDeviceRequests:
         named = _named_calls(agent_text)
         if named:
             return named
-        text = agent_text.lower()
+        original = agent_text.lower()
+        text = _URL.sub("<url>", original)  # "mms.carrier.com" is not a request about MMS
         found: dict[str, tuple[int, list[dict[str, Any]]]] = {}
         taken: list[tuple[int, int]] = []
 
@@ -241,7 +242,7 @@ class TelecomDeviceRequests:
             if change is None or not free(change.start()) or tool in found:
                 continue
             taken.append((change.start(), change.end()))
-            found[tool] = (change.start(), _change_arguments(tool, text))
+            found[tool] = (change.start(), _change_arguments(tool, original))
         changed = bool(found)
         for tool, pattern in _CHECKS:
             check = re.search(pattern, text)
