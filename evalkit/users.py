@@ -1,6 +1,11 @@
-"""User simulators: `ScriptedUser` (deterministic, no model) and `LLMUser` (any OpenAI-compatible endpoint).
+"""User simulators: `ScriptedUser` (deterministic, no model), `OracleUser` (the task's gold actions)
+and `LLMUser` (any OpenAI-compatible endpoint).
 
-Both end the conversation the way τ²-bench's user does: a message containing `###STOP###` when
+In telecom the user operates a phone: `scripted_user(domain, task)` gives a `ScriptedUser` with
+the domain's `DeviceRequests` (rules that turn an agent's request into device tool calls), and
+`user_tools(domain)` the tools for an `LLMUser`.
+
+They end the conversation the way τ²-bench's user does: a message containing `###STOP###` when
 the request is done, `###TRANSFER###` when handed to a human, `###OUT-OF-SCOPE###` when the
 scenario cannot go on.
 """
@@ -108,6 +113,8 @@ _ADDRESS = re.compile(r"address is ([^.]+(?:\.\s*\d+)?)", re.IGNORECASE)
 _PHONE = re.compile(r"\b\d{3}-\d{3}-\d{4}\b")
 _LOCATION = re.compile(r"[^.]*\b(?:abroad|at home|travell?ing)\b[^.]*\.", re.IGNORECASE)
 _REFUEL = re.compile(r"refuel (\d+(?:\.\d+)?) ?GB", re.IGNORECASE)
+_DOB = re.compile(r"born on (\d{4}-\d{2}-\d{2})")
+_CUSTOMER_ID = re.compile(r"customer ID is (C\d+)", re.IGNORECASE)
 
 UNANSWERED = "Sorry, I'm not sure what you need from me. Could you help me with my request?"
 
@@ -172,9 +179,11 @@ class ScriptedUser:
         user_turns = [m for m in view if isinstance(m, UserMessage)]
         if not user_turns:
             return self._say(f"Hi! {first_person(self.reason)}")
-        if self.device is not None and isinstance(view[-1], ToolMessage):
-            return self._say(self.device.report(_latest_results(view)))
         last = (agent_texts[-1].content or "") if agent_texts else ""
+        if self.device is not None and isinstance(view[-1], ToolMessage):
+            # Report what the device showed, and answer what else the agent asked.
+            report = self.device.report(_latest_results(view))
+            return self._say(" ".join([report, *self.facts_asked(last)]))
         if self.device is not None:
             seen = [m.content or "" for m in view if isinstance(m, ToolMessage)]
             calls = self.device.calls_for(last, seen)
@@ -202,6 +211,18 @@ class ScriptedUser:
         text = agent_text.lower()
         if any(k in text for k in _TRANSFER):
             return TRANSFER_TOKEN
+        parts = self.facts_asked(agent_text)
+        if parts:
+            return " ".join(parts)
+        if any(k in text for k in _CONFIRM):
+            return "Yes, please go ahead."
+        if any(k in text for k in _GOODBYE):
+            return f"No, that's all. Thank you! {STOP_TOKEN}"
+        return None
+
+    def facts_asked(self, agent_text: str) -> list[str]:
+        """The sentences that answer what the agent's message asks about the customer."""
+        text = agent_text.lower()
         parts: list[str] = []
         facts = self.facts
         asks_email = "email" in text
@@ -232,13 +253,11 @@ class ScriptedUser:
             parts.append(facts["location"])
         if any(k in text for k in _REFUEL_ASK) and "refuel_gb" in facts:
             parts.append(f"I'd like to refuel {facts['refuel_gb']} GB.")
-        if parts:
-            return " ".join(parts)
-        if any(k in text for k in _CONFIRM):
-            return "Yes, please go ahead."
-        if any(k in text for k in _GOODBYE):
-            return f"No, that's all. Thank you! {STOP_TOKEN}"
-        return None
+        if ("birth" in text or "dob" in text) and "dob" in facts:
+            parts.append(f"My date of birth is {facts['dob']}.")
+        if "customer id" in text and "customer_id" in facts:
+            parts.append(f"My customer ID is {facts['customer_id']}.")
+        return parts
 
     @staticmethod
     def _say(text: str) -> UserMessage:
@@ -302,7 +321,7 @@ class OracleUser:
 
 def extract_facts(known_info: str, reason: str, instructions: str = "") -> dict[str, str]:
     """What a scripted user can tell: email, name, zip, user id, order ids, payment, address,
-    phone number, where they are, and how much data they would refuel."""
+    phone number, where they are, how much data they would refuel, date of birth, customer ID."""
     facts: dict[str, str] = {}
     both = f"{known_info} {reason}"
     if m := _EMAIL.search(known_info):
@@ -329,6 +348,10 @@ def extract_facts(known_info: str, reason: str, instructions: str = "") -> dict[
         facts["location"] = first_person(m.group(0).strip())
     if m := _REFUEL.search(instructions):
         facts["refuel_gb"] = m.group(1)
+    if m := _DOB.search(known_info):
+        facts["dob"] = m.group(1)
+    if m := _CUSTOMER_ID.search(known_info):
+        facts["customer_id"] = m.group(1)
     return facts
 
 

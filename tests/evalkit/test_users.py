@@ -141,6 +141,8 @@ def test_facts_include_a_phone_number_a_location_and_a_refuel_amount() -> None:
     assert facts["location"] == "I am currently abroad in France."
     assert facts["refuel_gb"] == "2.0"
     assert (facts["first_name"], facts["last_name"]) == ("John", "Smith")
+    other = extract_facts("Your customer ID is C2004; you were born on 1980-02-03.", "")
+    assert (other["customer_id"], other["dob"]) == ("C2004", "1980-02-03")
 
 
 async def test_scripted_telecom_user_answers_where_it_is_and_how_much_data_it_wants(
@@ -161,7 +163,7 @@ async def test_scripted_telecom_user_calls_the_asked_tool_then_reports_the_resul
     history: list[object] = [
         AssistantMessage(content="Hi! How can I help you today?"),
         UserMessage(content="Hi! My phone has no service."),
-        AssistantMessage(content="Please run a speed test."),
+        AssistantMessage(content="Please run a speed test. Also, are you travelling abroad?"),
     ]
     call = await user.respond(history)
     calls = call.tool_calls or []
@@ -172,9 +174,9 @@ async def test_scripted_telecom_user_calls_the_asked_tool_then_reports_the_resul
     )
     history += [call, result]
     report = await user.respond(history)
-    assert (
-        report.content
-        == "I did 'run speed test'. My phone shows:\nSpeed test failed: No Connection."
+    assert report.content == (
+        "I did 'run speed test'. My phone shows:\nSpeed test failed: No Connection. "
+        + user.facts["location"]
     )
 
 
