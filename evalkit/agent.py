@@ -24,7 +24,7 @@ from evalkit.messages import (
     agent_view,
     now_iso,
 )
-from evalkit.tasks import Task
+from evalkit.tasks import Action, Task
 
 SESSION_HEADER = "x-session-id"
 TASK_HEADER = "x-evalkit-task"
@@ -205,28 +205,55 @@ class LLMAgent:
         )
 
 
-class OracleAgent:
-    """Plays the task's gold actions of the assistant, one call per turn, then says goodbye.
+def next_gold_action(actions: Sequence[Action], history: Sequence[Any]) -> Action | None:
+    """The first gold action not yet performed, or None when all are done.
 
-    The goodbye carries the task's `communicate_info`, so a perfect run also passes COMMUNICATE.
-    Stateless: the next action is found from the calls already in the history.
+    Oracles perform only gold actions, each side in the gold order, so the calls each side has
+    made so far say how far along the gold list the episode is.
+    """
+    made = {"assistant": 0, "user": 0}
+    for m in history:
+        if isinstance(m, AssistantMessage | UserMessage) and m.tool_calls is not None:
+            made["assistant" if isinstance(m, AssistantMessage) else "user"] += len(m.tool_calls)
+    for action in actions:
+        if made[action.requestor] == 0:
+            return action
+        made[action.requestor] -= 1
+    return None
+
+
+def describe_action(action: Action) -> str:
+    """A gold action as text: its name and its JSON arguments, e.g. `toggle_data({})`."""
+    return f"{action.name}({json.dumps(action.arguments)})"
+
+
+class OracleAgent:
+    """Plays the task's gold actions in order, one call per turn, then says goodbye.
+
+    A gold action of the user (telecom) is asked for in a message naming it, e.g. "Please do
+    this on your device: toggle_data({})"; the agent's own actions it calls itself. The goodbye
+    carries the task's `communicate_info`, so a perfect run also passes COMMUNICATE. Stateless:
+    the next action is found from the calls already in the history.
     """
 
     def __init__(self, task: Task) -> None:
-        self.actions = [a for a in task.gold_actions if a.requestor == "assistant"]
+        self.actions = task.gold_actions
         criteria = task.evaluation_criteria
         self.communicate = list((criteria.communicate_info if criteria else None) or [])
 
     async def respond(self, history: Sequence[Any]) -> AssistantMessage:
-        done = sum(
-            len(m.tool_calls)
-            for m in history
-            if isinstance(m, AssistantMessage) and m.tool_calls is not None
-        )
-        if done < len(self.actions):
-            action = self.actions[done]
+        action = next_gold_action(self.actions, history)
+        if action is not None and action.requestor == "assistant":
+            done = sum(
+                len(m.tool_calls)
+                for m in history
+                if isinstance(m, AssistantMessage) and m.tool_calls is not None
+            )
             call = ToolCall(id=f"oracle_{done}", name=action.name, arguments=dict(action.arguments))
             return AssistantMessage(tool_calls=[call], timestamp=now_iso())
+        if action is not None:
+            text = f"Please do this on your device: {describe_action(action)}"
+            return AssistantMessage(content=text, timestamp=now_iso())
         facts = "; ".join(self.communicate)
         text = "All done." + (f" For your information: {facts}." if facts else "")
         return AssistantMessage(content=f"{text} Goodbye!", timestamp=now_iso())

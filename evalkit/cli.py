@@ -65,7 +65,8 @@ def rescore_command(
         Path | None,
         typer.Option(
             "--data-dir",
-            help="Domain directory (db.json, tasks.json, policy.md); default: shipped.",
+            help="Domain directory (τ²-bench's layout: retail's db.json, tasks.json, policy.md; "
+            "telecom's db.toml, user_db.toml, tasks.json, policies); default: shipped.",
         ),
     ] = None,
     domain: Annotated[
@@ -77,7 +78,8 @@ def rescore_command(
         bool, typer.Option("--strict", help="Exit with 1 when any simulation disagrees.")
     ] = False,
 ) -> None:
-    """Replay each simulation's tool calls on a fresh database and compare DB rewards."""
+    """Replay each simulation's tool calls on fresh databases; compare DB check, ENV assertions
+    and reward with the recorded ones."""
     with exit_on_error():
         loaded = read_results(results)
         name = domain or loaded.info.get("environment_info", {}).get("domain_name")
@@ -95,8 +97,8 @@ def rescore_command(
 
 
 def _print_report(report: RescoreReport) -> None:
-    table = Table(title="DB reward: recorded vs recomputed")
-    for column in ("simulation", "task", "trial", "termination", "recorded", "recomputed", ""):
+    table = Table(title="Rewards: recorded → recomputed")
+    for column in ("simulation", "task", "trial", "termination", "DB", "ENV", "reward", ""):
         table.add_column(column)
     for s in report.simulations:
         table.add_row(
@@ -104,8 +106,9 @@ def _print_report(report: RescoreReport) -> None:
             s.task_id,
             "" if s.trial is None else str(s.trial),
             s.termination_reason,
-            _reward(s.recorded),
-            _reward(s.recomputed),
+            f"{_reward(s.recorded)} → {_reward(s.recomputed)}",
+            f"{_reward(s.recorded_env)} → {_reward(s.recomputed_env)}",
+            f"{_reward(s.recorded_reward)} → {_reward(s.recomputed_reward)}",
             "[green]agree[/]" if s.agrees else "[bold red]DISAGREE[/]",
         )
     console = Console()

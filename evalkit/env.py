@@ -54,12 +54,16 @@ class Environment:
             timestamp=now_iso(),
         )
 
-    def replay(self, call: ToolCall) -> ToolMessage:
-        """Run a recorded call without counting it (rebuilding a state, not playing an episode)."""
-        content, error = self._run(call)
+    def replay(self, call: ToolCall, *, sync: bool = True) -> ToolMessage:
+        """Run a recorded call without counting it (rebuilding a state, not playing an episode).
+
+        `sync=False` skips the domain's sync step after the call, as τ²-bench does when it
+        applies a task's gold actions.
+        """
+        content, error = self._run(call, sync=sync)
         return ToolMessage(id=call.id, content=content, requestor=call.requestor, error=error)
 
-    def _run(self, call: ToolCall) -> tuple[str, bool]:
+    def _run(self, call: ToolCall, *, sync: bool = True) -> tuple[str, bool]:
         try:
             toolkit = self._toolkit(call.requestor)
             if call.raw_arguments is not None and toolkit.has_tool(call.name):
@@ -67,7 +71,8 @@ class Environment:
                     f"Arguments of tool '{call.name}' are not a JSON object: {call.raw_arguments[:200]}"
                 )
             result = toolkit.call(call.name, call.arguments)
-            self.sync()
+            if sync:
+                self.sync()
         except Exception as exc:  # τ²-bench turns every failure of a call into its error text
             return f"Error: {exc}", True
         return to_json_str(result), False

@@ -110,6 +110,10 @@ def replay_episode(domain: Domain, task: Task, messages: Iterable[Any]) -> Envir
 def replay_gold(domain: Domain, task: Task) -> tuple[Environment, list[dict[str, Any]]]:
     """A fresh environment with the gold actions applied in order.
 
+    As in τ²-bench's evaluator, the gold actions are applied without the domain's sync step
+    between them (a no-op outside telecom): in telecom the gold databases hold only the direct
+    effects of the gold calls, which is why telecom tasks are scored on ENV assertions.
+
     Returns the environment and one record per state-changing gold action that failed (the
     gold state is then incomplete; τ²-bench logs the same and carries on).
     """
@@ -122,7 +126,8 @@ def replay_gold(domain: Domain, task: Task) -> tuple[Environment, list[dict[str,
                 name=action.name,
                 arguments=action.arguments,
                 requestor=action.requestor,
-            )
+            ),
+            sync=False,
         )
         toolkit = env.user_tools if action.requestor == "user" else env.agent_tools
         if message.error and toolkit is not None and toolkit.mutates(action.name):

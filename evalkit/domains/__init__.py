@@ -1,4 +1,5 @@
-"""The registry of domains: `get_domain("retail")`, or with `data_dir` for τ²-bench's own files."""
+"""The registry of domains: `get_domain("retail")`, `get_domain("telecom")`, or with `data_dir` for
+τ²-bench's own files."""
 
 from __future__ import annotations
 
@@ -17,7 +18,13 @@ def _load_retail(data_dir: Path | None) -> Domain:
     return load_retail(data_dir)
 
 
-_LOADERS: dict[str, DomainLoader] = {"retail": _load_retail}
+def _load_telecom(data_dir: Path | None) -> Domain:
+    from evalkit.domains.telecom import load_telecom
+
+    return load_telecom(data_dir)
+
+
+_LOADERS: dict[str, DomainLoader] = {"retail": _load_retail, "telecom": _load_telecom}
 
 
 def register_domain(name: str, loader: DomainLoader) -> None:

@@ -56,7 +56,9 @@ class DomainDB(BaseModel):
 
     def canonical_hash(self) -> str:
         """SHA-256 of the database's JSON with sorted keys (what the DB check compares)."""
-        data = orjson.dumps(self.model_dump(), option=orjson.OPT_SORT_KEYS, default=str)
+        # Enum keys (telecom's signal strength per network technology) hash as their values.
+        option = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+        data = orjson.dumps(self.model_dump(), option=option, default=str)
         return hashlib.sha256(data).hexdigest()
 
 

@@ -65,6 +65,29 @@ def retail() -> Domain:
     return get_domain("retail")
 
 
+@pytest.fixture(scope="session")
+def tau2_telecom(tau2_dir: Path) -> Domain:
+    path = tau2_dir / "domains" / "telecom"
+    if not (path / "db.toml").is_file():
+        pytest.skip(
+            f"τ²-bench telecom data missing: put db.toml, user_db.toml, tasks.json there: {path}"
+        )
+    return get_domain("telecom", path)
+
+
+@pytest.fixture(scope="session")
+def tau2_telecom_results_file(tau2_dir: Path) -> Path:
+    path = tau2_dir / "results" / "gpt-4.1_telecom_1trial.json"
+    if not path.is_file():
+        pytest.skip(f"τ²-bench telecom results file missing: {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def telecom() -> Domain:
+    return get_domain("telecom")
+
+
 # -- a scripted OpenAI-compatible server on loopback ------------------------------------------
 
 

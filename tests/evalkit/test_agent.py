@@ -7,10 +7,10 @@ import json
 
 from openai import AsyncOpenAI
 
-from evalkit.agent import LLMAgent
+from evalkit.agent import LLMAgent, OracleAgent, next_gold_action
 from evalkit.domains.base import Domain
 from evalkit.env import Environment
-from evalkit.messages import AssistantMessage, UserMessage
+from evalkit.messages import AssistantMessage, ToolCall, UserMessage
 from evalkit.orchestrator import run_episode
 from evalkit.scoring import evaluate
 from evalkit.users import ScriptedUser
@@ -148,3 +148,23 @@ async def test_episodes_run_concurrently_each_with_its_own_session(
     for request in chat_server.requests:
         session = request["headers"]["x-session-id"]
         assert session == f"session-{request['headers']['x-evalkit-task']}"
+
+
+async def test_oracle_agent_asks_the_user_for_the_users_gold_actions(tau2_telecom: Domain) -> None:
+    task = tau2_telecom.tasks[0]  # gold: user toggle_data, then agent refuel_data
+    agent = OracleAgent(task)
+    history: list[object] = [AssistantMessage(content="Hi!"), UserMessage(content="Help.")]
+    ask = await agent.respond(history)
+    assert ask.content == "Please do this on your device: toggle_data({})"
+    assert next_gold_action(task.gold_actions, history) == task.gold_actions[0]
+    history += [
+        ask,
+        UserMessage(tool_calls=[ToolCall(id="u", name="toggle_data", requestor="user")]),
+    ]
+    call = await agent.respond(history)
+    assert [(c.name, c.arguments) for c in call.tool_calls or []] == [
+        ("refuel_data", {"customer_id": "C1001", "line_id": "L1002", "gb_amount": 2.0})
+    ]
+    history += [call]
+    assert next_gold_action(task.gold_actions, history) is None
+    assert (await agent.respond(history)).content == "All done. Goodbye!"

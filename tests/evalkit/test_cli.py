@@ -73,3 +73,13 @@ def test_the_module_runs_as_a_program_and_reports_errors_on_stderr(tmp_path: Pat
     assert "broken.json" in proc.stderr
     assert "truncated" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_rescore_of_a_tau2_telecom_file_reports_full_agreement(tau2_dir: Path) -> None:
+    results = tau2_dir / "results" / "gpt-4.1_telecom_1trial.json"
+    result = runner.invoke(
+        app,
+        ["rescore", str(results), "--data-dir", str(tau2_dir / "domains" / "telecom"), "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == {"simulations": 40, "agree": 40, "disagree": []}

@@ -7,6 +7,7 @@ import json
 from evalkit.domains.base import Domain
 from evalkit.env import Environment, to_json_str
 from evalkit.messages import ToolCall
+from evalkit.tasks import EnvFunctionCall
 
 
 def call(name: str, **arguments: object) -> ToolCall:
@@ -70,3 +71,24 @@ def test_models_serialise_as_tau2_json_and_strings_pass_through(retail: Domain) 
     assert list(data) == ["user_id", "name", "address", "email", "payment_methods", "orders"]
     assert to_json_str("Transfer successful") == "Transfer successful"
     assert to_json_str(3) == '"3"'
+
+
+def test_a_replay_without_sync_leaves_the_users_side_untouched(tau2_telecom: Domain) -> None:
+    env = Environment(tau2_telecom)
+    env.run_function(
+        EnvFunctionCall(
+            env_type="user",
+            func_name="set_user_info",
+            arguments={"name": "John Smith", "phone_number": "555-123-2002"},
+        )
+    )
+    suspend = ToolCall(
+        id="s",
+        name="suspend_line",
+        arguments={"customer_id": "C1001", "line_id": "L1002", "reason": "x"},
+    )
+    before = env.db_hashes()[1]
+    env.replay(suspend, sync=False)
+    assert env.db_hashes()[1] == before
+    env.sync()
+    assert env.db_hashes()[1] != before

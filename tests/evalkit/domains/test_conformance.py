@@ -142,7 +142,9 @@ PHONE_TASK = {
             {"env_type": "user", "func_name": "has_signal", "arguments": {}},
             {"env_type": "assistant", "func_name": "line_is_active", "arguments": {}},
         ],
-        "reward_basis": ["DB", "ENV_ASSERTION"],
+        # τ²-bench applies gold actions without the sync step, so a two-sided domain's DB check
+        # compares against a gold state the sync never touched: such tasks score on assertions.
+        "reward_basis": ["ENV_ASSERTION"],
     },
 }
 
@@ -189,6 +191,8 @@ async def test_two_sided_domain_runs_user_tools_syncs_and_checks_assertions() ->
     info = evaluate(domain, task, sim.messages, sim.termination_reason)
     assert info.reward == 1.0
     assert [a.met for a in info.env_assertions or []] == [True, True]
+    assert info.db_check is not None
+    assert not info.db_check.db_match  # the gold device was never synced: no signal there
 
     without_user_fix = [
         m
