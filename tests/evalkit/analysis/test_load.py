@@ -57,10 +57,11 @@ def test_a_file_that_names_no_domain_or_model_is_an_unknown_run(tmp_path: Path) 
 def test_recorded_tool_defs_classify_a_domain_that_is_not_built_in(tmp_path: Path) -> None:
     sims = [episode("1", [Call(UNKNOWN, "get_customer")])]
     sims[0]["messages"][3]["content"] = "Error: no such function"  # a text that names nothing
-    plain = write(tmp_path / "plain.json", results(sims, domain="telecom"))
+    # "airline" is a τ²-bench domain evalkit does not ship: only recorded tool_defs can describe it.
+    plain = write(tmp_path / "plain.json", results(sims, domain="airline"))
     recorded = write(
         tmp_path / "recorded.json",
-        results(sims, domain="telecom", tool_defs={"get_customer_by_phone": CUSTOMER_TOOL}),
+        results(sims, domain="airline", tool_defs={"get_customer_by_phone": CUSTOMER_TOOL}),
     )
     (without,) = load_runs([plain], resamples=200)
     (with_defs,) = load_runs([recorded], resamples=200)

@@ -29,7 +29,8 @@ def _run(tmp_path: Path):  # type: ignore[no-untyped-def]
         episode("2", [Call(USER_ERROR, "toggle_data"), Call(UNKNOWN, "get_weather")]),
         episode("3", [Call(OK)], reward=0.5, termination="agent_stop"),
     ]
-    path = write(tmp_path / "run.json", results(sims, domain="telecom", max_errors=3))
+    # A domain evalkit does not ship, so the error texts alone classify the failures.
+    path = write(tmp_path / "run.json", results(sims, domain="airline", max_errors=3))
     (run,) = load_runs([path], resamples=500)
     return run
 
