@@ -200,7 +200,7 @@ def completion_chunks(
     """The chunks a server streams for a non-streamed `chat.completion`, in vLLM's shape.
 
     Per choice, one after another: a delta with `role` (and any other message field such as
-    `refusal`), the content in pieces of `fragment` characters (whole when None), each tool
+    `refusal`; vLLM adds `"content": ""`, left out so that a null content stays null), the content in pieces of `fragment` characters (whole when None), each tool
     call's `index`, `id`, `type` and name, then its arguments in pieces, then an empty delta with
     the finish (and `logprobs` and the choice's other fields). Every chunk carries the
     completion's top-level fields; with `include_usage`, a last chunk has no choices and the
@@ -218,14 +218,17 @@ def completion_chunks(
     for choice in completion.get("choices") or []:
         index, message = choice["index"], choice.get("message") or {}
         rest = {k: v for k, v in message.items() if k not in ("role", "content", "tool_calls")}
-        add(index, {"role": message.get("role") or "assistant", "content": ""} | rest)
+        add(index, {"role": message.get("role") or "assistant"} | rest)
         for piece in _pieces(message.get("content") or "", fragment):
             add(index, {"content": piece})
         for position, call in enumerate(message.get("tool_calls") or []):
             call = _tool_call(call)
             function = call["function"]
             head = {"index": position, "id": call["id"], "type": call["type"]}
-            add(index, {"tool_calls": [head | {"function": {"name": function["name"]}}]})
+            named = {"name": function["name"]} | (
+                {} if function["arguments"] else {"arguments": ""}
+            )
+            add(index, {"tool_calls": [head | {"function": named}]})
             for piece in _pieces(function["arguments"], fragment):
                 add(index, {"tool_calls": [{"index": position, "function": {"arguments": piece}}]})
         others = {k: v for k, v in choice.items() if k not in ("index", "message")}
