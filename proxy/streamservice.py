@@ -50,8 +50,8 @@ if TYPE_CHECKING:
 SUMMARY_COMMENT = "x-toolsentry"
 """The name that starts the summary comment sent before `[DONE]` (or before an error event)."""
 
-# After `[DONE]` the upstream's body is read to its end, so that its connection goes back to the
-# pool, but never for longer than this: the client is waiting for our body to end.
+# After `[DONE]` the upstream's body is read to its end, once the client has its whole response,
+# so that the connection goes back to the pool; but never for longer than this.
 _DRAIN_SECONDS = 1.0
 
 
@@ -128,6 +128,7 @@ async def open_stream(service: ChatService, turn: Turn, path: str) -> ChatStream
                     UpstreamResponse(upstream.status, upstream.headers, data, elapsed),
                     turn.upstream.name,
                 )
+            resources.push_async_callback(relay.drain, upstream.chunks)  # before it closes
         except UpstreamError as exc:
             relay.accounted = True
             await service.upstream_failed(turn, exc)
@@ -164,6 +165,7 @@ class _Relay:
         self.service = service
         self.turn = turn
         self.accounted = False
+        self.saw_done = False
         self.stream: ChatStream | None = None
         self._failed: list[str] = []
 
@@ -201,7 +203,7 @@ class _Relay:
                     out.append(encode_comment(item.text))  # keep-alives pass through
                     continue
                 if item.payload is None:
-                    done = True
+                    done = self.saw_done = True
                     break
                 out.extend(encode_event(chunk) for chunk in assembler.add(item.payload))
                 finished = assembler.take_finished()
@@ -216,8 +218,6 @@ class _Relay:
         assembler.close()  # an upstream that ends without [DONE] is fine if every choice finished
         await self._finish()
         yield self._summary_comment() + DONE
-        if done:
-            await self._drain(chunks)
 
     async def _release(self, choice: FinishedChoice, assembler: ChunkAssembler) -> list[bytes]:
         settled = await self.service.settle_choice(self.turn, choice.message, choice.finish_reason)
@@ -226,16 +226,16 @@ class _Relay:
         chunks = assembler.emit_tool_calls(choice.index, settled.message, settled.finish_reason)
         return [encode_event(chunk) for chunk in chunks]
 
-    async def _drain(self, chunks: AsyncIterator[bytes]) -> None:
-        started = time.perf_counter()
+    async def drain(self, chunks: AsyncIterator[bytes]) -> None:
+        """Read the rest of an upstream body that sent `[DONE]` (nothing after a cut-off stream)."""
+        if not self.saw_done:
+            return
         try:
             async with asyncio.timeout(_DRAIN_SECONDS):
                 async for _ in chunks:
                     pass
         except (TimeoutError, UpstreamError):
-            pass  # the client has its whole stream; the connection is closed instead of pooled
-        finally:
-            self.turn.upstream_seconds += time.perf_counter() - started
+            pass  # the connection is closed instead of pooled
 
     async def _finish(self, status: str = "200") -> None:
         self.accounted = True

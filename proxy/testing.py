@@ -148,6 +148,7 @@ class ScriptedUpstream:
         self.first_chunk_sent = threading.Event()
         self.stream_cut = threading.Event()
         self.pieces_sent = 0
+        self.client_ports: list[int] = []  # per chat request: the connection it came on
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
@@ -173,6 +174,7 @@ class ScriptedUpstream:
     async def _chat(self, request: Request) -> Response:
         body = orjson.loads(await request.body())
         self.requests.append(body)
+        self.client_ports.append(request.client.port if request.client else 0)
         reply = self._next(body)
         if isinstance(reply, Fault):
             if reply.delay:

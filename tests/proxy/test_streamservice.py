@@ -262,6 +262,19 @@ def test_keepalive_comments_from_the_upstream_reach_the_client(
     assert streamed.raw.endswith(b"data: [DONE]\n\n")
 
 
+def test_streams_reuse_one_pooled_upstream_connection_even_if_the_body_ends_after_done(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    # The upstream sends [DONE] and ends its body a moment later: the proxy reads it to its end
+    # (after the client has its whole stream) so that the connection goes back to the pool.
+    events = [*completion_chunks(completion("Hi"), include_usage=True), b"data: [DONE]\n\n"]
+    upstream.script.push(SSE(events, done=False, pause_after=len(events), pause=0.05))
+    for _ in range(4):
+        assert stream_chat(proxy, "s-pool").completion.choices[0].message.content == "Hi"
+    assert len(upstream.script.requests) == 4
+    assert len(set(upstream.script.client_ports)) == 1
+
+
 def test_several_choices_and_usage_sum_every_attempt_in_the_stream(
     proxy: RunningProxy, upstream: RunningUpstream
 ) -> None:
