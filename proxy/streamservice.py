@@ -114,7 +114,8 @@ async def open_stream(service: ChatService, turn: Turn, path: str) -> ChatStream
     """
     relay = _Relay(service, turn)
     async with AsyncExitStack() as resources:
-        # Exit order is last in, first out: the upstream response closes, then the accounting.
+        # Exits run last in, first out: drain the upstream body (after [DONE]), close the
+        # upstream response, account a turn the stream did not finish.
         resources.push_async_callback(relay.account_unfinished)
         started = time.perf_counter()
         try:
@@ -198,20 +199,25 @@ class _Relay:
                 items, at_end = decoder.flush(), True
             finally:
                 self.turn.upstream_seconds += time.perf_counter() - started
-            for item in items:
-                if isinstance(item, SSEComment):
-                    out.append(encode_comment(item.text))  # keep-alives pass through
-                    continue
-                if item.payload is None:
-                    done = self.saw_done = True
-                    break
-                out.extend(encode_event(chunk) for chunk in assembler.add(item.payload))
-                finished = assembler.take_finished()
-                if finished and out:
-                    yield b"".join(out)  # what arrived goes out before a repair is awaited
-                    out.clear()
-                for choice in finished:
-                    out.extend(await self._release(choice, assembler))
+            try:
+                for item in items:
+                    if isinstance(item, SSEComment):
+                        out.append(encode_comment(item.text))  # keep-alives pass through
+                        continue
+                    if item.payload is None:
+                        done = self.saw_done = True
+                        break
+                    out.extend(encode_event(chunk) for chunk in assembler.add(item.payload))
+                    finished = assembler.take_finished()
+                    if finished and out:
+                        yield b"".join(out)  # what arrived goes out before a repair is awaited
+                        out.clear()
+                    for choice in finished:
+                        out.extend(await self._release(choice, assembler))
+            except Exception:
+                if out:  # what the client should have had before the failure, it gets
+                    yield b"".join(out)
+                raise
             if out:
                 yield b"".join(out)
                 out.clear()

@@ -477,14 +477,18 @@ def test_malformed_sse_from_the_upstream_gives_a_clear_error_event(
     assert proxy.session("s-bad")["channels"] == {"upstream_error": 1}
 
 
-def test_an_error_event_from_the_upstream_reaches_the_client_with_its_message(
+def test_an_error_event_from_the_upstream_reaches_the_client_after_the_content_before_it(
     proxy: RunningProxy, upstream: RunningUpstream
 ) -> None:
     error = {"error": {"message": "KV cache exhausted", "type": "InternalServerError", "code": 500}}
-    upstream.script.push(SSE([chunk({"role": "assistant", "content": "Hi"}), error]))
+    # One piece: the content and the error arrive in the same read.
+    events = [chunk({"role": "assistant", "content": "Hi"}), error]
+    upstream.script.push(SSE(events, chunk_sizes=[1 << 20]))
     stream = proxy.client().chat.completions.create(**make_request(), stream=True)
+    received: list[Any] = []
     with pytest.raises(openai.APIError, match="KV cache exhausted"):
-        list(stream)
+        received.extend(stream)
+    assert [c.choices[0].delta.content for c in received] == ["Hi"]
 
 
 def test_an_upstream_that_ends_without_done_after_every_choice_finished_is_completed(
