@@ -269,8 +269,11 @@ def test_streams_reuse_one_pooled_upstream_connection_even_if_the_body_ends_afte
     # (after the client has its whole stream) so that the connection goes back to the pool.
     events = [*completion_chunks(completion("Hi"), include_usage=True), b"data: [DONE]\n\n"]
     upstream.script.push(SSE(events, done=False, pause_after=len(events), pause=0.05))
+    tasks = proxy.server.task_count()
     for _ in range(4):
         assert stream_chat(proxy, "s-pool").completion.choices[0].message.content == "Hi"
+        # The client has its stream; the proxy's request is over once the upstream's body ended.
+        assert wait_until(lambda: proxy.server.task_count() == tasks)
     assert len(upstream.script.requests) == 4
     assert len(set(upstream.script.client_ports)) == 1
 
