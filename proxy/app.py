@@ -6,7 +6,7 @@ import hmac
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -14,7 +14,8 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from proxy import __version__
 from proxy.config import Settings
@@ -31,6 +32,7 @@ from proxy.logs import get_logger
 from proxy.metrics import CONTENT_TYPE, Metrics, UnknownToolStats
 from proxy.service import ChatResult, ChatService
 from proxy.session.stores import SessionStore, open_store
+from proxy.streamservice import ChatStream
 from proxy.upstream import AiohttpUpstream, Router, Upstream, forwardable_headers
 
 _JSON = "application/json"
@@ -59,6 +61,29 @@ _CHAT_BODY_SCHEMA = {
 
 class JSONBytes(Response):
     media_type = _JSON
+
+
+class SSEResponse(StreamingResponse):
+    """Sends a ChatStream, and closes it (the upstream response with it) however the response
+    ended: completed, client gone mid-body, or never started."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, stream: ChatStream, on_close: Callable[[ChatStream], None]) -> None:
+        super().__init__(
+            stream.body(),
+            status_code=stream.status,
+            headers={**stream.headers, "cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
+        self._stream = stream
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._stream.aclose()
+            self._on_close(self._stream)
 
 
 def _error_response(exc: ToolsentryError) -> Response:
@@ -211,6 +236,24 @@ def create_app(
                 latency_ms=round((time.perf_counter() - started) * 1000, 3),
             )
             raise
+        if isinstance(result, ChatStream):
+
+            def log_stream(stream: ChatStream) -> None:
+                summary = stream.summary or {}
+                log.info(
+                    "chat_completion",
+                    request_id=request_id,
+                    model=body.get("model"),
+                    session=stream.headers.get("x-toolsentry-session"),
+                    status=stream.status,
+                    stream=True,
+                    channels=",".join(summary.get("violations", [])) or None,
+                    errors=summary.get("errors"),
+                    latency_ms=round((time.perf_counter() - started) * 1000, 3),
+                    **({"body": body} if settings.log_bodies else {}),
+                )
+
+            return SSEResponse(result, log_stream)
         if isinstance(result, ChatResult):
             log.info(
                 "chat_completion",
@@ -223,13 +266,9 @@ def create_app(
                 latency_ms=round((time.perf_counter() - started) * 1000, 3),
                 **({"body": body} if settings.log_bodies else {}),
             )
-            return Response(
-                result.content(),
-                status_code=result.status,
-                headers=result.headers,
-                media_type=_JSON,
-            )
-        return result
+        return Response(
+            result.content(), status_code=result.status, headers=result.headers, media_type=_JSON
+        )
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:

@@ -2,7 +2,8 @@
 
 One `ChatService` per app. It owns no I/O of its own: the upstream router, the session store and
 the metrics are handed in, and the routes in app.py only parse, call it, and return what it gives.
-The streaming path (streaming.py) drives the same `begin`, `settle_choice` and `finish` steps.
+The streaming path (streamservice.py) drives the same `begin`, `settle_choice` and `finish`
+steps.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from proxy.guard.toolcheck import GuardLimits, ToolIndex, compile_tools, validat
 from proxy.metrics import Metrics, UnknownToolStats
 from proxy.session.budget import ErrorBudget, ExhaustionPolicy, resolve_session_id, tool_errors_in
 from proxy.session.stores import SessionRecord, SessionStore
+from proxy.streamservice import ChatStream, completion_stream, open_stream
 from proxy.upstream import Router, Upstream, UpstreamResponse, raise_for_status
 
 CHAT_PATH = "chat/completions"
@@ -114,11 +116,28 @@ class ChatService:
         self._tool_error_prefix = settings.tool_error_prefix
         self._model_labels: set[str] = set()
 
-    async def handle(self, body: dict[str, Any], headers: Mapping[str, str]) -> ChatResult:
+    async def handle(
+        self, body: dict[str, Any], headers: Mapping[str, str]
+    ) -> ChatResult | ChatStream:
         """Serve one chat-completions request (the route's only call)."""
         if body.get("stream"):
-            raise BadRequestError("stream: true is not supported by this proxy yet", param="stream")
+            return await self.stream(body, headers)
         return await self.complete(body, headers)
+
+    async def stream(self, body: dict[str, Any], headers: Mapping[str, str]) -> ChatStream:
+        """Start one streamed chat completion (`stream: true`); see streamservice.py.
+
+        Everything that can fail before the first byte raises here, as in `complete`:
+        BadRequestError, BudgetExhaustedError under `reject`, UpstreamError. The `finish` policy
+        is sent as a stream. The caller must `aclose` the returned stream when it is over.
+        """
+        turn = await self.begin(body, headers)
+        if isinstance(turn, ChatResult):
+            include_usage = (body.get("stream_options") or {}).get("include_usage")
+            return completion_stream(
+                turn.body or {}, turn.headers, include_usage=bool(include_usage)
+            )
+        return await open_stream(self, turn, CHAT_PATH)
 
     # -- the non-streaming pipeline -------------------------------------------------------------
 
@@ -192,7 +211,7 @@ class ChatService:
             self.metrics.requests.labels(
                 model, "429" if budget.policy is ExhaustionPolicy.REJECT else "200"
             ).inc()
-            headers_out = self._headers(turn)
+            headers_out = self.headers(turn)
             message = (
                 f"session '{session}' has used its error budget: {record.errors} tool errors "
                 f"of {budget.max_errors} allowed"
@@ -269,14 +288,17 @@ class ChatService:
                 "the model's tool call could not be repaired: "
                 + "; ".join(v.message for v in remaining),
                 code=remaining[0].channel.value,
-                headers=self._headers(turn),
+                headers=self.headers(turn),
             )
         return SettledChoice(
             current, reason, found, False, remaining, extra_usage, current is not message
         )
 
-    async def finish(self, turn: Turn) -> dict[str, str]:
-        """Account the turn in the session store and metrics; return the x-toolsentry-* headers."""
+    async def finish(self, turn: Turn, *, status: str = "200") -> dict[str, str]:
+        """Account the turn in the session store and metrics; return the x-toolsentry-* headers.
+
+        `status` labels the request in the metrics (499: a streaming client went away).
+        """
         errors = len(turn.unrepaired)
         channels = Counter(v.channel.value for v in turn.found)
         if errors or channels or turn.repaired:
@@ -294,13 +316,13 @@ class ChatService:
             )
         for outcome, count in turn.outcomes.items():
             self.metrics.tool_calls.labels(turn.model, outcome).inc(count)
-        self.metrics.requests.labels(turn.model, "200").inc()
+        self.metrics.requests.labels(turn.model, status).inc()
         total = time.perf_counter() - turn.started
         self.metrics.upstream_seconds.labels(turn.model).observe(turn.upstream_seconds)
         self.metrics.overhead_seconds.labels(turn.model).observe(
             max(0.0, total - turn.upstream_seconds)
         )
-        return self._headers(turn)
+        return self.headers(turn)
 
     async def upstream_failed(self, turn: Turn, exc: UpstreamError) -> None:
         """Count an upstream failure (after retries) in the session and metrics."""
@@ -324,8 +346,7 @@ class ChatService:
             response = await turn.upstream.request(
                 "POST", CHAT_PATH, body=orjson.dumps(body), headers={}
             )
-            if response.status >= 400:
-                raise_for_status(response, turn.upstream.name)
+            raise_for_status(response, turn.upstream.name)
             return response
         except UpstreamError as exc:
             await self.upstream_failed(turn, exc)
@@ -414,7 +435,8 @@ class ChatService:
         return "other"
 
     @staticmethod
-    def _headers(turn: Turn) -> dict[str, str]:
+    def headers(turn: Turn) -> dict[str, str]:
+        """The x-toolsentry-* headers for the turn as it stands."""
         channels = list(dict.fromkeys(v.channel.value for v in turn.found))
         return {
             "x-toolsentry-session": turn.session,

@@ -194,6 +194,56 @@ def encode_comment(text: str) -> bytes:
     return b"".join(b": " + line.encode() + b"\n" for line in _TEXT_EOL.split(text)) + b"\n"
 
 
+def completion_chunks(
+    completion: Mapping[str, Any], *, fragment: int | None = None, include_usage: bool = False
+) -> list[Chunk]:
+    """The chunks a server streams for a non-streamed `chat.completion`, in vLLM's shape.
+
+    Per choice, one after another: a delta with `role` (and any other message field such as
+    `refusal`; vLLM adds `"content": ""`, left out so that a null content stays null), the content in pieces of `fragment` characters (whole when None), each tool
+    call's `index`, `id`, `type` and name, then its arguments in pieces, then an empty delta with
+    the finish (and `logprobs` and the choice's other fields). Every chunk carries the
+    completion's top-level fields; with `include_usage`, a last chunk has no choices and the
+    usage. The OpenAI SDK accumulates the chunks to the completion's messages.
+    """
+    envelope = {k: v for k, v in completion.items() if k not in ("choices", "usage", "object")} | {
+        "object": "chat.completion.chunk"
+    }
+    chunks: list[Chunk] = []
+
+    def add(index: int, delta: dict[str, Any], **fields: Any) -> None:
+        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
+        chunks.append({**envelope, "choices": [choice | fields]})
+
+    for choice in completion.get("choices") or []:
+        index, message = choice["index"], choice.get("message") or {}
+        rest = {k: v for k, v in message.items() if k not in ("role", "content", "tool_calls")}
+        add(index, {"role": message.get("role") or "assistant"} | rest)
+        for piece in _pieces(message.get("content") or "", fragment):
+            add(index, {"content": piece})
+        for position, call in enumerate(message.get("tool_calls") or []):
+            call = _tool_call(call)
+            function = call["function"]
+            head = {"index": position, "id": call["id"], "type": call["type"]}
+            named = {"name": function["name"]} | (
+                {} if function["arguments"] else {"arguments": ""}
+            )
+            add(index, {"tool_calls": [head | {"function": named}]})
+            for piece in _pieces(function["arguments"], fragment):
+                add(index, {"tool_calls": [{"index": position, "function": {"arguments": piece}}]})
+        others = {k: v for k, v in choice.items() if k not in ("index", "message")}
+        add(index, {}, **others)
+    if include_usage and completion.get("usage") is not None:
+        chunks.append({**envelope, "choices": [], "usage": completion["usage"]})
+    return chunks
+
+
+def _pieces(text: str, size: int | None) -> list[str]:
+    if not size:
+        return [text] if text else []
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
 @dataclass(frozen=True, slots=True)
 class FinishedChoice:
     """A choice whose `finish_reason` arrived, with its message assembled in the shape of a

@@ -8,12 +8,13 @@ network path. Builders (`completion`, `tool_call`) keep test data short.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+
+from proxy.streaming import completion_chunks
 
 
 def tool_call(
@@ -81,8 +84,11 @@ class Fault:
 class SSE:
     """Answer with a server-sent-event stream of these events (dicts become `data:` JSON lines).
 
-    `pause_after`: stop for `pause` seconds after that many events; `drop_after`: break the
-    connection after that many events; `done`: finish with `data: [DONE]`.
+    `pause_after`: stop for `pause` seconds after that many events, or until `resume` is set
+    (at most `pause` seconds) when it is given; `drop_after`: break the connection after that
+    many events; `done`: finish with `data: [DONE]`. `chunk_sizes`: send the whole body (the
+    events and `[DONE]`) cut into pieces of these many bytes, the sizes repeating; the pause and
+    the drop then count pieces, not events.
     """
 
     events: list[bytes | dict[str, Any]]
@@ -90,6 +96,31 @@ class SSE:
     pause: float = 0.0
     drop_after: int | None = None
     done: bool = True
+    resume: threading.Event | None = None
+    chunk_sizes: Sequence[int] | None = None
+
+    @classmethod
+    def of(cls, completion: dict[str, Any], *, fragment: int = 4, **options: Any) -> SSE:
+        """Stream `completion` as vLLM would (with its usage), in pieces of `fragment` chars."""
+        chunks = completion_chunks(completion, fragment=fragment, include_usage=True)
+        return cls(list[bytes | dict[str, Any]](chunks), **options)
+
+    def pieces(self) -> list[bytes]:
+        """The byte pieces this reply sends, in order."""
+        body = [
+            e if isinstance(e, bytes) else b"data: " + orjson.dumps(e) + b"\n\n"
+            for e in self.events
+        ]
+        if self.done:
+            body.append(b"data: [DONE]\n\n")
+        if not self.chunk_sizes:
+            return body
+        whole, pieces, sizes = b"".join(body), [], itertools.cycle(self.chunk_sizes)
+        while whole:
+            size = max(1, next(sizes))
+            pieces.append(whole[:size])
+            whole = whole[size:]
+        return pieces
 
 
 Reply = dict[str, Any] | Fault | SSE
@@ -101,6 +132,9 @@ class ScriptedUpstream:
     """An OpenAI-compatible chat server that answers from `replies` (in order) or a `handler`.
 
     When the script runs out, the last reply repeats. Every request body is kept in `requests`.
+    A completion (dict) answering a `stream: true` request is streamed as vLLM would
+    (`SSE.of`). `pieces_sent` counts the SSE pieces written; `stream_cut` is set when a client
+    closed a stream before its end.
     """
 
     replies: Iterable[Reply] = ()
@@ -112,6 +146,9 @@ class ScriptedUpstream:
         self._queue: deque[Reply] = deque(self.replies)
         self._last: Reply | None = None
         self.first_chunk_sent = threading.Event()
+        self.stream_cut = threading.Event()
+        self.pieces_sent = 0
+        self.client_ports: list[int] = []  # per chat request: the connection it came on
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
@@ -137,27 +174,48 @@ class ScriptedUpstream:
     async def _chat(self, request: Request) -> Response:
         body = orjson.loads(await request.body())
         self.requests.append(body)
+        self.client_ports.append(request.client.port if request.client else 0)
         reply = self._next(body)
         if isinstance(reply, Fault):
             if reply.delay:
                 await asyncio.sleep(reply.delay)
             content = reply.body if isinstance(reply.body, bytes) else orjson.dumps(reply.body)
             return Response(content, status_code=reply.status, media_type="application/json")
+        if isinstance(reply, dict) and body.get("stream"):
+            reply = SSE.of(reply)
         if isinstance(reply, SSE):
             return StreamingResponse(self._stream(reply), media_type="text/event-stream")
         return Response(orjson.dumps(reply), media_type="application/json")
 
     async def _stream(self, reply: SSE) -> Any:
-        for i, event in enumerate(reply.events):
-            if reply.drop_after is not None and i == reply.drop_after:
-                raise ConnectionResetError("scripted drop")
-            yield event if isinstance(event, bytes) else b"data: " + orjson.dumps(event) + b"\n\n"
-            if i == 0:
-                self.first_chunk_sent.set()
-            if reply.pause_after is not None and i + 1 == reply.pause_after:
-                await asyncio.sleep(reply.pause)
-        if reply.done:
-            yield b"data: [DONE]\n\n"
+        pieces = reply.pieces()
+        finished = dropped = False
+        try:
+            for i, piece in enumerate(pieces):
+                if reply.drop_after is not None and i == reply.drop_after:
+                    dropped = True
+                    raise ConnectionResetError("scripted drop")
+                yield piece
+                self.pieces_sent += 1
+                if i == 0:
+                    self.first_chunk_sent.set()
+                if reply.pause_after is not None and i + 1 == reply.pause_after:
+                    await self._pause(reply)
+            finished = True
+        finally:
+            if not finished and not dropped:
+                self.stream_cut.set()
+
+    @staticmethod
+    async def _pause(reply: SSE) -> None:
+        if reply.resume is None:
+            await asyncio.sleep(reply.pause)
+            return
+        # `resume` is a threading.Event set from the test's thread; polling it (rather than
+        # waiting in a worker thread) lets a client going away cancel the wait at once.
+        deadline = time.monotonic() + reply.pause
+        while not reply.resume.is_set() and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.002)
 
     async def _models(self, request: Request) -> Response:
         data = [
@@ -198,6 +256,7 @@ class LoopbackServer:
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def url(self) -> str:
@@ -205,7 +264,21 @@ class LoopbackServer:
         return f"http://127.0.0.1:{self.port}"
 
     def _run(self) -> None:
-        self._server.run(sockets=[self._sock])
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self._server.serve(sockets=[self._sock])
+
+    def task_count(self) -> int:
+        """How many asyncio tasks the server's event loop holds right now."""
+        if self._loop is None:
+            raise RuntimeError("the server is not running")
+
+        async def count() -> int:
+            return len(asyncio.all_tasks())
+
+        return asyncio.run_coroutine_threadsafe(count(), self._loop).result(timeout=10)
 
     def start(self) -> LoopbackServer:
         """Start serving and wait until the server accepts connections."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -80,7 +80,7 @@ class UpstreamStream:
 
     status: int
     headers: dict[str, str]
-    chunks: AsyncIterator[bytes]
+    chunks: AsyncGenerator[bytes, None]
 
 
 class Upstream(Protocol):
@@ -94,8 +94,7 @@ class Upstream(Protocol):
 
     def stream(
         self, path: str, *, body: bytes, headers: Mapping[str, str]
-    ) -> Any:  # an async context manager yielding UpstreamStream
-        ...
+    ) -> AbstractAsyncContextManager[UpstreamStream]: ...
 
     async def close(self) -> None: ...
 
@@ -204,37 +203,54 @@ class AiohttpUpstream:
     ) -> AsyncIterator[UpstreamStream]:
         """Open a streaming POST; retries happen only until the response headers arrive.
 
-        Errors while reading the body are translated too (UpstreamError and subclasses).
+        Connect errors, timeouts and 502/503/504 are retried; when retries run out on a status,
+        that response is handed over with its body. Leaving the context closes the
+        response: a body read to its end returns the connection to the pool, any other is cut.
+        Raises UpstreamConnectError or UpstreamTimeoutError when no response came; errors while
+        reading `chunks` are translated too (UpstreamError and subclasses).
         """
         url = self._url(path)
         sent_headers = self._headers(headers, True)
         resp: aiohttp.ClientResponse | None = None
-        async for attempt in self._retrying():
-            with attempt:
-                try:
-                    candidate = await self._client().post(url, data=body, headers=sent_headers)
-                except Exception as exc:
-                    raise translate(exc, self.name, url) from exc
-                if (
-                    candidate.status in RETRYABLE_STATUS
-                    and attempt.retry_state.attempt_number <= self._retries
-                ):
-                    candidate.release()
-                    raise UpstreamConnectError(
-                        f"upstream '{self.name}' answered {candidate.status}"
-                    )
-                resp = candidate
-        assert resp is not None
+        refused: UpstreamResponse | None = None
         try:
-            yield UpstreamStream(
-                resp.status,
-                {k.lower(): v for k, v in resp.headers.items()},
-                self._iter_body(resp, url),
-            )
+            async for attempt in self._retrying():
+                with attempt:
+                    resp = await self._open(url, body, sent_headers)
+        except _Retryable as exc:
+            refused = exc.response
+        if refused is not None:
+            opened = UpstreamStream(refused.status, refused.headers, _replay(refused.body))
+        else:
+            assert resp is not None
+            resp_headers = {k.lower(): v for k, v in resp.headers.items()}
+            opened = UpstreamStream(resp.status, resp_headers, self._iter_body(resp, url))
+        try:
+            yield opened
         finally:
-            resp.close()
+            await opened.chunks.aclose()
+            if resp is not None:
+                resp.close()
 
-    async def _iter_body(self, resp: aiohttp.ClientResponse, url: str) -> AsyncIterator[bytes]:
+    async def _open(self, url: str, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+        start = time.perf_counter()
+        try:
+            resp = await self._client().post(url, data=body, headers=headers)
+            if resp.status not in RETRYABLE_STATUS:
+                return resp
+            # A refusal's body is short; reading it returns the connection to the pool.
+            async with resp:
+                data = await resp.read()
+        except Exception as exc:
+            raise translate(exc, self.name, url) from exc
+        headers_in = {k.lower(): v for k, v in resp.headers.items()}
+        raise _Retryable(
+            UpstreamResponse(resp.status, headers_in, data, time.perf_counter() - start)
+        )
+
+    async def _iter_body(
+        self, resp: aiohttp.ClientResponse, url: str
+    ) -> AsyncGenerator[bytes, None]:
         try:
             async for chunk in resp.content.iter_any():
                 yield chunk
@@ -254,6 +270,10 @@ class _Retryable(Exception):
     def __init__(self, response: UpstreamResponse) -> None:
         super().__init__(response.status)
         self.response = response
+
+
+async def _replay(body: bytes) -> AsyncGenerator[bytes, None]:
+    yield body
 
 
 # Most specific first: a timeout (504) differs from a refused connection (502), and a body that
@@ -339,7 +359,11 @@ class Router:
 
 
 def raise_for_status(response: UpstreamResponse, upstream: str) -> None:
-    """Turn an upstream error status into UpstreamStatusError carrying the upstream's own body."""
+    """Turn an upstream error status into UpstreamStatusError carrying the upstream's own body.
+
+    OpenAI's shape (`{"error": {...}}`) is kept as it is; older vLLM's flat error
+    (`{"object": "error", "message", "type", "param", "code"}`) is put into that shape.
+    """
     if response.status < 400:
         return
     try:
@@ -347,6 +371,9 @@ def raise_for_status(response: UpstreamResponse, upstream: str) -> None:
     except orjson.JSONDecodeError:
         body = None
     message = f"upstream '{upstream}' answered {response.status}"
+    if isinstance(body, dict) and body.get("object") == "error" and "error" not in body:
+        fields = ("message", "type", "param", "code")
+        body = {"error": {key: body.get(key) for key in fields}}
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         message = str(body["error"].get("message") or message)
     elif isinstance(body, dict) and isinstance(body.get("detail"), str):

@@ -24,6 +24,9 @@ class RunningUpstream:
     def base_url(self) -> str:
         return f"{self.server.url}/v1"
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(f"<scripted upstream at {self.base_url}>")  # for hypothesis's reports
+
 
 @dataclass
 class RunningProxy:
@@ -35,6 +38,9 @@ class RunningProxy:
     @property
     def base_url(self) -> str:
         return f"{self.server.url}/v1"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(f"<proxy at {self.base_url}>")  # for hypothesis's reports
 
     def client(self, **kwargs: Any) -> openai.OpenAI:
         kwargs.setdefault("api_key", "test-key")

@@ -26,6 +26,7 @@ from proxy.streaming import (
     SSEComment,
     SSEDecoder,
     SSEEvent,
+    completion_chunks,
     encode_comment,
     encode_event,
 )
@@ -860,3 +861,33 @@ def test_a_relayed_stream_accumulates_in_the_sdk_to_the_non_streamed_completion(
     assert (accumulated.usage.to_dict() if accumulated.usage else None) == completion["usage"]
     assert assembler.to_completion() == completion
     assert body.endswith(DONE)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(completion=completions(), fragment=st.none() | st.integers(1, 6))
+def test_a_completion_rendered_as_chunks_accumulates_in_the_sdk_to_itself(
+    completion: dict[str, Any], fragment: int | None
+) -> None:
+    chunks = completion_chunks(completion, fragment=fragment, include_usage=True)
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    accumulated = sdk_accumulate(sse(*chunks))
+    for choice in completion["choices"]:
+        assert sdk_message(accumulated, choice["index"]) == expected_message(choice)
+    assert (accumulated.usage.to_dict() if accumulated.usage else None) == completion["usage"]
+    assembler = ChunkAssembler()
+    relay([sse(*chunks)], assembler)
+    assert assembler.to_completion() == completion
+
+
+def test_a_completion_rendered_without_usage_sends_no_usage_chunk() -> None:
+    completion = {**ENVELOPE, "object": "chat.completion", "usage": {"total_tokens": 3}}
+    completion["choices"] = [
+        {"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}
+    ]
+    chunks = completion_chunks(completion)
+    assert [c["choices"][0]["delta"] for c in chunks] == [
+        {"role": "assistant"},
+        {"content": "Hi"},
+        {},
+    ]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import asyncio
 import inspect
+import threading
 
 import aiohttp
+import orjson
 import pytest
 
 from proxy.config import UpstreamConfig
@@ -11,10 +14,19 @@ from proxy.errors import (
     UpstreamConnectError,
     UpstreamError,
     UpstreamProtocolError,
+    UpstreamStatusError,
     UpstreamTimeoutError,
 )
-from proxy.testing import Fault, LoopbackServer, ScriptedUpstream
-from proxy.upstream import AiohttpUpstream, Router, error_class_for, translate
+from proxy.testing import SSE, Fault, LoopbackServer, ScriptedUpstream, free_port
+from proxy.upstream import (
+    AiohttpUpstream,
+    Router,
+    UpstreamResponse,
+    UpstreamStream,
+    error_class_for,
+    raise_for_status,
+    translate,
+)
 
 
 def _config(
@@ -78,8 +90,6 @@ async def test_retries_stop_and_hand_back_the_last_503() -> None:
 
 
 async def test_a_refused_connection_is_retried_then_reported() -> None:
-    from proxy.testing import free_port
-
     upstream = AiohttpUpstream(
         _config("down", url=f"http://127.0.0.1:{free_port()}/v1"), api_key=None, retries=1
     )
@@ -88,3 +98,124 @@ async def test_a_refused_connection_is_retried_then_reported() -> None:
             await upstream.request("GET", "models", body=None, headers={})
     finally:
         await upstream.close()
+
+
+# ---------------------------------------------------------------- streaming
+
+
+def _streaming(server: LoopbackServer, retries: int = 0) -> AiohttpUpstream:
+    return AiohttpUpstream(_config("s", url=f"{server.url}/v1"), api_key=None, retries=retries)
+
+
+async def _read_all(stream: UpstreamStream) -> bytes:
+    return b"".join([chunk async for chunk in stream.chunks])
+
+
+async def test_a_stream_hands_over_the_status_and_the_body_as_it_arrives() -> None:
+    script = ScriptedUpstream([SSE([{"n": 1}, b": ping\n\n", {"n": 2}], chunk_sizes=[5])])
+    with LoopbackServer(script.app) as server:
+        upstream = _streaming(server)
+        try:
+            async with upstream.stream("chat/completions", body=b"{}", headers={}) as stream:
+                assert stream.status == 200
+                assert stream.headers["content-type"].startswith("text/event-stream")
+                body = await _read_all(stream)
+        finally:
+            await upstream.close()
+    assert body == b'data: {"n":1}\n\n: ping\n\ndata: {"n":2}\n\ndata: [DONE]\n\n'
+
+
+async def test_a_stream_is_retried_on_503_until_the_upstream_answers() -> None:
+    script = ScriptedUpstream([Fault(503), Fault(503), SSE([{"n": 1}])])
+    with LoopbackServer(script.app) as server:
+        upstream = _streaming(server, retries=2)
+        try:
+            async with upstream.stream("chat/completions", body=b"{}", headers={}) as stream:
+                assert stream.status == 200
+                assert b'"n":1' in await _read_all(stream)
+        finally:
+            await upstream.close()
+    assert len(script.requests) == 3
+
+
+async def test_when_stream_retries_run_out_the_last_refusal_is_handed_over_with_its_body() -> None:
+    script = ScriptedUpstream([Fault(503, {"error": {"message": "overloaded"}})])
+    with LoopbackServer(script.app) as server:
+        upstream = _streaming(server, retries=1)
+        try:
+            async with upstream.stream("chat/completions", body=b"{}", headers={}) as stream:
+                assert stream.status == 503
+                assert b"overloaded" in await _read_all(stream)
+        finally:
+            await upstream.close()
+    assert len(script.requests) == 2
+
+
+async def test_a_stream_to_a_refused_port_is_retried_then_reported() -> None:
+    upstream = AiohttpUpstream(
+        _config("down", url=f"http://127.0.0.1:{free_port()}/v1"), api_key=None, retries=1
+    )
+    try:
+        with pytest.raises(UpstreamConnectError, match="'down' is unreachable"):
+            async with upstream.stream("chat/completions", body=b"{}", headers={}):
+                pass  # pragma: no cover - never entered
+    finally:
+        await upstream.close()
+
+
+async def test_a_body_broken_off_mid_stream_raises_a_protocol_error() -> None:
+    script = ScriptedUpstream([SSE([{"n": 1}, {"n": 2}, {"n": 3}], drop_after=2)])
+    with LoopbackServer(script.app) as server:
+        upstream = _streaming(server)
+        try:
+            async with upstream.stream("chat/completions", body=b"{}", headers={}) as stream:
+                with pytest.raises(UpstreamProtocolError, match="'s' broke off its response"):
+                    await _read_all(stream)
+        finally:
+            await upstream.close()
+
+
+async def test_leaving_a_stream_early_closes_the_upstream_connection() -> None:
+    resume = threading.Event()  # never set: the upstream waits until its connection goes
+    script = ScriptedUpstream([SSE([{"n": 1}, {"n": 2}], pause_after=1, pause=30, resume=resume)])
+    with LoopbackServer(script.app) as server:
+        upstream = _streaming(server)
+        try:
+            async with upstream.stream("chat/completions", body=b"{}", headers={}) as stream:
+                assert b'"n":1' in await anext(stream.chunks)
+            assert await asyncio.to_thread(script.stream_cut.wait, 10)
+        finally:
+            await upstream.close()
+
+
+async def test_a_stream_read_to_its_end_leaves_its_connection_in_the_pool() -> None:
+    script = ScriptedUpstream([SSE([{"n": 1}])])
+    with LoopbackServer(script.app) as server:
+        upstream = _streaming(server)
+        try:
+            for _ in range(3):
+                async with upstream.stream("chat/completions", body=b"{}", headers={}) as stream:
+                    await _read_all(stream)
+            connector = upstream._client().connector
+            assert connector is not None
+            pooled = sum(len(conns) for conns in connector._conns.values())  # type: ignore[attr-defined]
+        finally:
+            await upstream.close()
+    assert pooled == 1
+
+
+def test_an_older_vllm_flat_error_body_is_put_into_the_openai_shape() -> None:
+    flat = {
+        "object": "error",
+        "message": "bad n",
+        "type": "BadRequestError",
+        "param": "n",
+        "code": 400,
+    }
+    response = UpstreamResponse(400, {}, orjson.dumps(flat), 0.0)
+    with pytest.raises(UpstreamStatusError) as caught:
+        raise_for_status(response, "s")
+    assert caught.value.message == "bad n"
+    assert caught.value.body() == {
+        "error": {"message": "bad n", "type": "BadRequestError", "param": "n", "code": 400}
+    }
