@@ -154,6 +154,7 @@ class Server:
     path: str
     process: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    pausable: bool = True  # not the upstream: every target needs it
 
     @property
     def url(self) -> str:
@@ -164,10 +165,25 @@ class Server:
             os.killpg(self.process.pid, sig)
 
     def pause(self) -> None:
-        self.signal(signal.SIGSTOP)
+        if self.pausable:
+            self.signal(signal.SIGSTOP)
 
     def resume(self) -> None:
-        self.signal(signal.SIGCONT)
+        if self.pausable:
+            self.signal(signal.SIGCONT)
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU time of every process in this server's group so far (Linux)."""
+        if self.process is None:
+            return None
+        ticks = 0
+        tick = os.sysconf("SC_CLK_TCK")
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[2]) == self.process.pid:  # field 5, pgrp
+                    ticks += int(fields[11]) + int(fields[12])  # fields 14, 15: utime, stime
+        return ticks / tick
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
@@ -414,7 +430,9 @@ def servers(
         why = wait_ready(upstream, request_body(), 20)
         if why:
             raise RuntimeError(f"the fake upstream did not start: {why}")
-        running["direct"] = Server("direct", upstream_port, "/v1/chat/completions")
+        running["direct"] = Server(
+            "direct", upstream_port, "/v1/chat/completions", upstream.process, upstream.log, False
+        )
         commands: dict[str, tuple[list[str], dict[str, str]]] = {}
         port = {name: free_port() for name in [*wanted, BASELINE]}
         for name in ("toolsentry", BASELINE):
@@ -544,9 +562,14 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Outcome], dict[str, Any
                     server.resume()
                     run_wrk(server.url, body_file, 8, 2 if round_ == 0 else 1, placement.load)
                     c1 = run_wrk(server.url, body_file, 1, args.duration, placement.load)
+                    cpu_before = server.cpu_seconds()
                     c64 = run_wrk(
                         server.url, body_file, HIGH_CONCURRENCY, args.duration, placement.load
                     )
+                    cpu_after = server.cpu_seconds()
+                    if cpu_before is not None and cpu_after is not None and c64["requests"]:
+                        # CPU per request is what contention on a shared machine disturbs least.
+                        c64["cpu_us"] = (cpu_after - cpu_before) / c64["requests"] * 1e6
                     ttft: dict[str, Any] = {}
                     if not outcomes[name].ttft_note:
                         ttft = run_ttft(server.url, stream_file, args.ttft_requests, placement.load)
@@ -618,6 +641,10 @@ def ms(us: float | None, digits: int = 3) -> str:
     return "–" if us is None else f"{us / 1000:.{digits}f}"
 
 
+def cpu(us: float | None) -> str:
+    return "–" if us is None else f"{us:.0f}"
+
+
 def ratio(a: float | None, b: float | None, digits: int = 1) -> str:
     if a is None or b is None or b == 0:
         return "–"
@@ -629,7 +656,7 @@ def rows(outcomes: dict[str, Outcome]) -> list[list[str]]:
     out = []
     for o in outcomes.values():
         if not o.samples:
-            out.append([o.name, o.note or "skipped", *["–"] * 8])
+            out.append([o.name, o.note or "skipped", *["–"] * (len(COLUMNS) - 2)])
             continue
         is_direct = o is direct
         ttft_p50 = o.median("ttft", "p50_us")
@@ -642,6 +669,7 @@ def rows(outcomes: dict[str, Outcome]) -> list[list[str]]:
                 "" if is_direct else ms(added(o, direct, "c1", "p99_us")),
                 f"{o.median('c64', 'rps'):,.0f}",
                 ms(o.median("c64", "p99_us"), 2),
+                cpu(o.median("c64", "cpu_us")),
                 ms(ttft_p50) if ttft_p50 is not None else (o.ttft_note and "skipped") or "–",
                 ""
                 if is_direct
@@ -661,9 +689,19 @@ COLUMNS = [
     "added p99 ms",
     "c64 req/s",
     "c64 p99 ms",
+    "CPU µs/req",
     "TTFT p50 ms",
     "added TTFT ms",
 ]
+
+
+RATIO_COLUMNS = (
+    "comparison",
+    "throughput at c64",
+    "added latency at c1",
+    "p99 at c64",
+    "proxy CPU at c64",
+)
 
 
 def floor_of(outcomes: dict[str, Outcome]) -> Outcome | None:
@@ -693,6 +731,7 @@ def headline(outcomes: dict[str, Outcome]) -> tuple[list[list[str]], list[list[s
                 f"{ratio(ts_rps, other.median('c64', 'rps'), 2)} the req/s",
                 f"{ratio(ts_add50, o50, 2)} the added p50 ({ms(ts_add50)} vs {ms(o50)} ms)",
                 f"{ratio(ts_p99, other.median('c64', 'p99_us'), 2)} the c64 p99",
+                f"{ratio(ts.median('c64', 'cpu_us'), other.median('c64', 'cpu_us'), 2)} the CPU per request",
             ]
         )
 
@@ -748,7 +787,7 @@ def show(outcomes: dict[str, Outcome], info: dict[str, Any]) -> None:
     ratios, goals = headline(outcomes)
     if ratios:
         t = Table(title="Headline ratios")
-        for column in ("comparison", "throughput at c64", "added latency at c1", "p99 at c64"):
+        for column in RATIO_COLUMNS:
             t.add_column(column)
         for row in ratios:
             t.add_row(*row)
@@ -818,9 +857,7 @@ def section(outcomes: dict[str, Outcome], info: dict[str, Any], argv: list[str])
     ]
     if ratios:
         parts += [
-            markdown_table(
-                ["comparison", "throughput at c64", "added latency at c1", "p99 at c64"], ratios
-            ),
+            markdown_table(list(RATIO_COLUMNS), ratios),
             "",
         ]
     if goals:

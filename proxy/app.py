@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hmac
 import os
 import time
@@ -104,6 +105,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # What exists at startup lives as long as the process: move it out of the collector's
+        # reach, or every full collection rescans it (20 ms on this heap: the p99 spikes).
+        gc.freeze()
         yield
         await router.close()
         await session_store.close()
