@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import hmac
+import inspect
 import os
 import time
 import uuid
@@ -56,6 +57,15 @@ _CHAT_BODY_SCHEMA = {
         },
     }
 }
+
+
+# FastAPI versions with native OpenTelemetry look for providers on every request (3.5 µs); the
+# proxy exports its own metrics, so that look-up is off where the option exists.
+_NO_OPENTELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
 
 
 class JSONBytes(Response):
@@ -119,6 +129,7 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
+        **_NO_OPENTELEMETRY,
     )
     app.state.settings = settings
     app.state.service = service
