@@ -407,10 +407,11 @@ def servers(
     workdir: Path,
     placement: Placement,
     upstream_port: int,
-    baseline: Path | None = None,
+    checkouts: dict[str, Path] | None = None,
 ) -> Iterator[tuple[dict[str, Server], dict[str, str]]]:
     """Start the upstream and every wanted proxy; yield the running ones and skip notes."""
     python = sys.executable
+    checkouts = checkouts or {}
     upstream_base = f"http://127.0.0.1:{upstream_port}/v1"
     running: dict[str, Server] = {}
     notes: dict[str, str] = {}
@@ -491,7 +492,7 @@ def servers(
                     },
                 )
         for name, (argv, env) in commands.items():
-            cwd = baseline if name == BASELINE and baseline is not None else ROOT
+            cwd = checkouts.get(name, ROOT)
             server = start(
                 name,
                 pinned(placement.proxy, argv),
@@ -534,7 +535,11 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Outcome], dict[str, Any
         stream_file = workdir / "stream.json"
         stream_file.write_bytes(request_body(stream=True))
         with servers(
-            [w for w in wanted if w != "direct"], workdir, placement, free_port(), args.baseline
+            [w for w in wanted if w != "direct"],
+            workdir,
+            placement,
+            free_port(),
+            {"toolsentry": args.toolsentry_dir, BASELINE: args.baseline or ROOT},
         ) as (
             running,
             notes,
@@ -907,6 +912,12 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="also measure the toolsentry in this directory (another checkout), "
         f"as '{BASELINE}', for before/after comparisons",
+    )
+    parser.add_argument(
+        "--toolsentry-dir",
+        type=Path,
+        default=ROOT,
+        help="the checkout whose toolsentry is measured as 'toolsentry' [this one]",
     )
     parser.add_argument("--no-write", action="store_true", help=f"do not update {RESULTS.name}")
     args = parser.parse_args(argv)
