@@ -141,6 +141,12 @@ class Placement:
         return f"upstream on CPU {self.upstream}, proxy under test on CPU {self.proxy}, load generator (wrk, ttft) on CPU {self.load}"
 
 
+def load_average() -> str:
+    with contextlib.suppress(OSError):
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    return "unknown"
+
+
 def pinned(cpus: str, argv: list[str]) -> list[str]:
     return ["taskset", "-c", cpus, *argv] if shutil.which("taskset") else argv
 
@@ -489,6 +495,8 @@ def servers(
                         "LITELLM_LOG": "ERROR",
                         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
                         "LITELLM_TELEMETRY": "False",
+                        # No master key: LiteLLM then skips key checks, as toolsentry does here.
+                        "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
                     },
                 )
         for name, (argv, env) in commands.items():
@@ -524,7 +532,7 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Outcome], dict[str, Any
     if "direct" not in wanted:
         wanted.insert(0, "direct")  # every added figure is against direct
     placement = Placement.for_machine()
-    info: dict[str, Any] = {"placement": placement.describe(), "notes": {}}
+    info: dict[str, Any] = {"placement": placement.describe(), "notes": {}, "load": load_average()}
     outcomes = {name: Outcome(name) for name in wanted}
     if args.skip_litellm and "litellm" in (args.only or TARGETS):
         info["notes"]["litellm"] = "skipped (--skip-litellm)"
@@ -661,7 +669,7 @@ def rows(outcomes: dict[str, Outcome]) -> list[list[str]]:
     out = []
     for o in outcomes.values():
         if not o.samples:
-            out.append([o.name, o.note or "skipped", *["–"] * (len(COLUMNS) - 2)])
+            out.append([o.name, "skipped (see below)", *["–"] * (len(COLUMNS) - 2)])
             continue
         is_direct = o is direct
         ttft_p50 = o.median("ttft", "p50_us")
@@ -830,9 +838,9 @@ def machine() -> str:
 def results_header() -> str:
     return (
         "# Benchmark results\n\n"
-        f"Created {dt.date.today().isoformat()} on {machine()}. The machine is shared with other\n"
-        "work, so every comparison runs side by side in one run and the ratios are the figures to\n"
-        "trust; absolute numbers drift from run to run.\n\n"
+        f"Created {dt.date.today().isoformat()} on {machine()}.\n\n"
+        "The machine is shared with other work, so every comparison runs side by side in one run\n"
+        "and the ratios are the figures to trust; absolute numbers drift from run to run.\n\n"
         "Commands (from the repository root, with the project's virtualenv active):\n\n"
         "```\n"
         "python -m bench.overhead          # proxy overhead: direct, toolsentry, pass-throughs, LiteLLM\n"
@@ -852,7 +860,8 @@ def section(outcomes: dict[str, Outcome], info: dict[str, Any], argv: list[str])
         "## Proxy overhead (bench/overhead.py)",
         "",
         f"{dt.datetime.now().strftime('%Y-%m-%d %H:%M')}, {machine()}; wrk {wrk_version()}.",
-        f"Command: `python -m bench.overhead {' '.join(argv)}`".rstrip() + ".",
+        f"Command: `{' '.join(['python -m bench.overhead', *argv])}`; load average at start {info['load']}",
+        "(other work on the machine: the higher it is, the more the absolute figures stretch).",
         f"Placement: {info['placement']}. Concurrency 1 and {HIGH_CONCURRENCY} from wrk (one thread),",
         f"{info['duration']} s each, {info['rounds']} rounds in rotating order, medians shown; added = target − direct",
         "of the same round. TTFT: streamed requests one at a time, first content byte (bench/ttft.py).",

@@ -46,9 +46,17 @@ def one(sock: socket.socket, request: bytes) -> tuple[float, bool]:
         buffer += data
     head, _, body = buffer.partition(b"\r\n\r\n")
     status = head.split(b" ", 2)[1]
-    if status != b"200":
-        raise StreamError(f"status {status.decode()}: {body[:300]!r}")
     headers = head.lower()
+    if status != b"200":
+        # Read the error body (it may follow the headers in a later packet) to say why.
+        for line in headers.split(b"\r\n"):
+            if line.startswith(b"content-length:"):
+                while len(body) < min(int(line.split(b":", 1)[1]), 300):
+                    data = sock.recv(65536)
+                    if not data:
+                        break
+                    body += data
+        raise StreamError(f"status {status.decode()}: {body[:300].decode(errors='replace')}")
     chunked = b"transfer-encoding: chunked" in headers
     length: int | None = None
     for line in headers.split(b"\r\n"):
