@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test check fmt lint types serve demo test-vllm clean
+.PHONY: venv test check fmt lint types serve demo test-vllm bench clean
 
 venv: $(STAMP)
 
@@ -32,6 +32,12 @@ serve: venv
 
 demo: venv
 	$(BIN)/python examples/repair_story.py
+
+# Proxy overhead against direct access, bare pass-throughs and LiteLLM (needs wrk), then the
+# validator comparison; both write bench/RESULTS.md.
+bench: venv
+	$(BIN)/python -m bench.overhead
+	$(BIN)/python -m bench.validate
 
 test-vllm: venv
 	$(BIN)/pytest -m vllm tests/live

@@ -4,8 +4,8 @@ For a τ²-bench-sized tool set (retail and telecom-like tools: nested objects, 
 patterns, required fields) this prints, per library, the cold cost of compiling every tool's
 `parameters` and the warm cost of checking one call's arguments, both on valid arguments
 (`is_valid`) and on invalid ones while collecting the first errors (what the proxy reports).
-The last rows are the proxy's own costs: `compile_tools` (a cache miss compiles, a hit hashes
-the canonical JSON of the tools) and `validate` per call with JSON parsing and error reporting.
+The last rows are the proxy's own costs: `compile_tools` (a cache miss compiles, a hit looks up
+the tools by their JSON as sent) and `validate` per call with JSON parsing and error reporting.
 
     python -m bench.validate [--repeat 5]
 """

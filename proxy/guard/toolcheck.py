@@ -130,7 +130,7 @@ EMPTY_INDEX: Final = ToolIndex({}, {})
 
 
 class _IndexCache:
-    """A bounded LRU of compiled tool lists, keyed by a digest of their canonical JSON."""
+    """A bounded LRU of compiled tool lists, keyed by their JSON (or its digest) and the limits."""
 
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
@@ -160,11 +160,15 @@ class _IndexCache:
 
 
 _CACHE = _IndexCache(CACHE_SIZE)
+# Keyed by the tools' JSON as sent (not canonical), only for lists small enough to keep as a key.
+_SEEN = _IndexCache(CACHE_SIZE)
+_SEEN_KEY_BYTES: Final = 65_536
 
 
 def clear_cache() -> None:
     """Forget every compiled tool list (for benchmarks and tests)."""
     _CACHE.clear()
+    _SEEN.clear()
 
 
 def cached_tool_lists() -> int:
@@ -188,6 +192,17 @@ def compile_tools(tools: object, limits: GuardLimits = DEFAULT_LIMITS) -> ToolIn
         return EMPTY_INDEX
     if len(tools) > limits.max_tools:
         raise _bad(f"{len(tools)} tools declared; the limit is max_tools={limits.max_tools}")
+    # The hit path: an agent resends its tools byte for byte, so their JSON as sent finds the
+    # index without sorting keys and hashing a digest (about 6 µs instead of 13 for 17 tools).
+    try:
+        sent = orjson.dumps(tools)
+    except orjson.JSONEncodeError:
+        sent = b""
+    seen_key = (sent, limits) if 0 < len(sent) <= _SEEN_KEY_BYTES else None
+    if seen_key is not None:
+        index = _SEEN.get(seen_key)
+        if index is not None:
+            return index
     canonical = _canonical_json(tools, limits)
     key = (hashlib.sha256(canonical).digest(), limits)
     index = _CACHE.get(key)
@@ -195,6 +210,8 @@ def compile_tools(tools: object, limits: GuardLimits = DEFAULT_LIMITS) -> ToolIn
         # Compile from a private copy: the cached index must not alias the caller's request.
         index = _build(copy.deepcopy(tools), limits)
         _CACHE.put(key, index)
+    if seen_key is not None:
+        _SEEN.put(seen_key, index)
     return index
 
 

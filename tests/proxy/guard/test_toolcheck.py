@@ -65,6 +65,29 @@ def test_the_same_tools_are_compiled_once_whatever_their_key_order() -> None:
     assert compile_tools(tools) is not compile_tools([*tools, make_tool("extra")])
 
 
+def test_a_list_resent_byte_for_byte_is_compiled_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    toolcheck.clear_cache()
+    builds: list[int] = []
+    build = toolcheck._build
+
+    def counting_build(tools: list[Any], limits: GuardLimits) -> toolcheck.ToolIndex:
+        builds.append(len(tools))
+        return build(tools, limits)
+
+    monkeypatch.setattr(toolcheck, "_build", counting_build)
+    first = compile_tools(retail_tools())
+    assert compile_tools(retail_tools()) is first
+    assert compile_tools(copy.deepcopy(retail_tools())) is first
+    assert builds == [len(retail_tools())]
+
+
+def test_a_cached_list_is_still_held_to_tighter_limits() -> None:
+    tools = retail_tools()
+    compile_tools(tools)
+    with pytest.raises(BadRequestError, match="max_tools=1"):
+        compile_tools(tools, GuardLimits(max_tools=1))
+
+
 def test_the_cache_is_bounded_and_keeps_the_most_recent_lists() -> None:
     toolcheck.clear_cache()
     first = compile_tools([make_tool("tool_0")])

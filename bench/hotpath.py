@@ -1,0 +1,138 @@
+"""Per-request costs on the proxy's hot path, in-process, each beside what it replaced.
+
+End-to-end figures (bench/overhead.py) cannot resolve a few microseconds on a shared machine;
+these can: CPU time (`time.process_time_ns`) per call, the minimum and median over repeats.
+
+    python -m bench.hotpath [--repeat 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from fastapi import FastAPI
+
+from bench.overhead import request_body
+from proxy.config import Settings
+from proxy.guard import toolcheck
+from proxy.logs import configure_logging, get_logger
+
+
+def per_call_us(fn: Callable[[], Any], loops: int, repeat: int) -> tuple[float, float]:
+    fn()
+    samples = []
+    for _ in range(repeat):
+        start = time.process_time_ns()
+        for _ in range(loops):
+            fn()
+        samples.append((time.process_time_ns() - start) / loops / 1000)
+    return min(samples), statistics.median(samples)
+
+
+def full_collection_ms(repeat: int) -> tuple[float, float]:
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter_ns()
+        gc.collect()
+        samples.append((time.perf_counter_ns() - start) / 1e6)
+    return min(samples), statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args()
+    rep = args.repeat
+    raw = request_body()
+    body = orjson.loads(raw)
+    tools = body["tools"]
+    limits = toolcheck.DEFAULT_LIMITS
+    toolcheck.compile_tools(tools)
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_order_details", "arguments": '{"order_id": "#W1234567"}'},
+            }
+        ],
+    }
+    index = toolcheck.compile_tools(tools)
+
+    def canonical_key() -> object:
+        key = (hashlib.sha256(toolcheck._canonical_json(tools, limits)).digest(), limits)
+        return toolcheck._CACHE.get(key)
+
+    devnull = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+    configure_logging("info", stream=devnull)
+    log = get_logger()
+
+    def log_event() -> None:
+        log.info(
+            "chat_completion",
+            request_id="0123456789abcdef0123456789abcdef",
+            model="bench-model",
+            session="fp-0123456789abcdef",
+            status=200,
+            channels=None,
+            errors="0",
+            latency_ms=1.234,
+        )
+
+    quiet = FastAPI()._native_telemetry
+    off = FastAPI(telemetry={"tracing": False, "metrics": False, "logs": False})._native_telemetry  # type: ignore[call-arg]
+
+    rows: list[tuple[str, tuple[float, float]]] = [
+        (
+            "tools cache key: canonical JSON + sha256 (before)",
+            per_call_us(canonical_key, 2000, rep),
+        ),
+        (
+            "compile_tools hit: JSON as sent (now)",
+            per_call_us(lambda: toolcheck.compile_tools(tools), 2000, rep),
+        ),
+        (
+            "validate one valid call (warm)",
+            per_call_us(lambda: toolcheck.validate(message, tools, index=index), 2000, rep),
+        ),
+        ("request log event, info, JSON line (now)", per_call_us(log_event, 2000, rep)),
+        ("FastAPI telemetry check per request: default", per_call_us(quiet.enabled, 5000, rep)),
+        ("FastAPI telemetry check per request: off (now)", per_call_us(off.enabled, 5000, rep)),
+        (
+            f"orjson.loads of the request body ({len(raw):,} bytes)",
+            per_call_us(lambda: orjson.loads(raw), 2000, rep),
+        ),
+        (
+            "orjson.dumps of the request body (forwarded)",
+            per_call_us(lambda: orjson.dumps(body), 2000, rep),
+        ),
+    ]
+    print(f"{'per call, CPU time':<58} {'min µs':>9} {'median µs':>10}")
+    for label, (low, mid) in rows:
+        print(f"{label:<58} {low:>9.2f} {mid:>10.2f}")
+
+    from proxy.app import create_app
+
+    create_app(Settings(upstreams=[{"name": "u", "base_url": "http://127.0.0.1:9/v1"}]))
+    objects = len(gc.get_objects())
+    before = full_collection_ms(5)
+    gc.freeze()
+    after = full_collection_ms(5)
+    print(
+        f"full collection with the app's startup heap ({objects:,} objects): "
+        f"{before[1]:.2f} ms; after gc.freeze(): {after[1]:.2f} ms (medians of 5)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,956 @@
+"""What does toolsentry add to every agent call? Measured side by side against the floor and LiteLLM.
+
+One run starts a canned upstream (bench/fake_upstream.py), then each target in front of it:
+
+- `direct`        the upstream itself, no proxy;
+- `toolsentry`    `python -m proxy.cli serve --upstream …` as shipped: validation on, repair by
+                  re-ask on, memory session store, per-request log to a file;
+- `pass-aiohttp`, `pass-httpx`
+                  bench/passthrough.py: Starlette forwarding the body with no logic (the floor is
+                  the faster of the two);
+- `litellm`       LiteLLM's proxy (`litellm --config …`), installed by this script into its own
+                  virtualenv, one worker.
+
+The request is one turn of a retail agent conversation carrying 17 τ²-bench-like tools; the
+answer carries one valid tool call, so toolsentry validates a call on every request. Load comes
+from `wrk` (a Lua script POSTs the body and prints percentiles); the time to first token comes
+from bench/ttft.py. For each target, in rounds whose order rotates: concurrency 1 (latency
+p50/p99; added = target − direct of the same round), concurrency 64 (requests/s and p99), and a
+streamed request's time to first token. The proxies not being measured are stopped (SIGSTOP) so
+an idle one cannot steal the core.
+
+CPU placement (`taskset`): upstream and load generator share one core, the proxy under test has
+the other to itself; on a one-core machine everything shares core 0. The medians over rounds are
+reported, with ratios as the headline because the machine is shared and absolute numbers drift.
+
+    python -m bench.overhead [--duration 4] [--rounds 2] [--only toolsentry,pass-aiohttp]
+                             [--skip-litellm] [--profile] [--no-write]
+
+Needs `wrk` (Debian/Ubuntu: `apt-get install -y wrk`). `--profile` also records py-spy flame
+graphs of toolsentry and the aiohttp pass-through under concurrency 64 into bench/profiles/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from bench.fake_upstream import MODEL
+from bench.validate import TOOLS
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+RESULTS = BENCH / "RESULTS.md"
+LUA = BENCH / "wrk_post.lua"
+LITELLM_VENV = Path.home() / ".cache" / "toolsentry" / "litellm"
+TARGETS = ("direct", "toolsentry", "pass-aiohttp", "pass-httpx", "litellm")
+BASELINE = "toolsentry-baseline"
+SECTION_BEGIN = "<!-- overhead.py:begin -->"
+SECTION_END = "<!-- overhead.py:end -->"
+HIGH_CONCURRENCY = 64
+TTFT_REQUESTS = 300
+
+# The goals this benchmark reports against (tests never time anything).
+GOAL_ADDED_P50_MS = 0.6
+GOAL_ADDED_P99_MS = 2.0
+GOAL_THROUGHPUT_OF_FLOOR = 0.70
+GOAL_THROUGHPUT_OF_LITELLM = 20.0
+GOAL_ADDED_TTFT_MS = 1.0
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+
+
+def request_body(stream: bool = False) -> bytes:
+    """One turn of a retail conversation: system, user, a tool round trip, and a follow-up."""
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [
+            {"role": "system", "content": "You are a retail customer-service agent. " * 8},
+            {"role": "user", "content": "Hi, I want to know where my order #W1234567 is."},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_0",
+                        "type": "function",
+                        "function": {
+                            "name": "find_user_id_by_email",
+                            "arguments": '{"email": "ana@example.com"}',
+                        },
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_0", "content": "ana_4521"},
+            {"role": "user", "content": "Yes, that is me. What is the status of the order?"},
+        ],
+        "tools": TOOLS,
+        "tool_choice": "auto",
+        "temperature": 0.0,
+    }
+    if stream:
+        body["stream"] = True
+    return orjson.dumps(body)
+
+
+# -- processes ------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Placement:
+    """Which CPU each role runs on (taskset lists)."""
+
+    upstream: str
+    proxy: str
+    load: str
+
+    @classmethod
+    def for_machine(cls) -> Placement:
+        if (os.cpu_count() or 1) >= 2:
+            return cls(upstream="0", proxy="1", load="0")
+        return cls(upstream="0", proxy="0", load="0")
+
+    def describe(self) -> str:
+        return f"upstream on CPU {self.upstream}, proxy under test on CPU {self.proxy}, load generator (wrk, ttft) on CPU {self.load}"
+
+
+def load_average() -> str:
+    with contextlib.suppress(OSError):
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    return "unknown"
+
+
+def pinned(cpus: str, argv: list[str]) -> list[str]:
+    return ["taskset", "-c", cpus, *argv] if shutil.which("taskset") else argv
+
+
+@dataclass
+class Server:
+    """A process started for the benchmark, in its own process group (so it can be paused)."""
+
+    name: str
+    port: int
+    path: str
+    process: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+    pausable: bool = True  # not the upstream: every target needs it
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{self.path}"
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, sig)
+
+    def pause(self) -> None:
+        if self.pausable:
+            self.signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.pausable:
+            self.signal(signal.SIGCONT)
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU time of every process in this server's group so far (Linux)."""
+        if self.process is None:
+            return None
+        ticks = 0
+        tick = os.sysconf("SC_CLK_TCK")
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[2]) == self.process.pid:  # field 5, pgrp
+                    ticks += int(fields[11]) + int(fields[12])  # fields 14, 15: utime, stime
+        return ticks / tick
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.process.wait()
+
+
+def start(
+    name: str,
+    argv: list[str],
+    port: int,
+    path: str,
+    workdir: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
+) -> Server:
+    log = workdir / f"{name}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+    return Server(name, port, path, process, log)
+
+
+def wait_ready(server: Server, body: bytes, timeout: float) -> str | None:
+    """Poll with the benchmark's request until it answers 200; return why not, or None."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if server.process is not None and server.process.poll() is not None:
+            return f"exited with {server.process.returncode}: {tail(server.log)}"
+        request = urllib.request.Request(
+            server.url, data=body, headers={"content-type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                if response.status == 200:
+                    return None
+                last = f"status {response.status}"
+        except urllib.error.HTTPError as exc:
+            last = f"status {exc.code}: {exc.read()[:300]!r}"
+        except OSError as exc:
+            last = str(exc)
+        time.sleep(0.2)
+    return f"not ready after {timeout:.0f} s ({last}): {tail(server.log)}"
+
+
+def tail(log: Path | None, lines: int = 5) -> str:
+    if log is None or not log.exists():
+        return ""
+    return " | ".join(log.read_text(errors="replace").strip().splitlines()[-lines:])
+
+
+# -- LiteLLM --------------------------------------------------------------------------------------
+
+
+def ensure_litellm(venv: Path) -> tuple[Path | None, str]:
+    """LiteLLM's proxy in its own virtualenv, installed on first use; (executable, version or why not)."""
+    exe = venv / "bin" / "litellm"
+    python = venv / "bin" / "python"
+    if not exe.exists():
+        console.print(f"installing litellm[proxy] into {venv} (once; a few minutes) …")
+        try:
+            if not python.exists():
+                subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+            subprocess.run(
+                [str(python), "-m", "pip", "install", "-q", "litellm[proxy]"],
+                check=True,
+                timeout=900,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+        except (subprocess.SubprocessError, OSError) as exc:
+            detail = getattr(exc, "stderr", b"") or b""
+            return None, f"pip install 'litellm[proxy]' failed: {exc} {detail[-300:]!r}"
+    version = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return (exe, version) if exe.exists() else (None, "no litellm executable after install")
+
+
+def litellm_config(workdir: Path, upstream: str) -> Path:
+    path = workdir / "litellm.yaml"
+    path.write_text(
+        "model_list:\n"
+        f"  - model_name: {MODEL}\n"
+        "    litellm_params:\n"
+        f"      model: openai/{MODEL}\n"
+        f"      api_base: {upstream}\n"
+        "      api_key: bench-key\n"
+        "litellm_settings:\n"
+        "  set_verbose: false\n"
+        "  telemetry: false\n"
+        "  drop_params: true\n"
+    )
+    return path
+
+
+# -- measurements ---------------------------------------------------------------------------------
+
+
+def have_wrk() -> bool:
+    return shutil.which("wrk") is not None
+
+
+def run_wrk(
+    url: str, body_file: Path, connections: int, seconds: float, cpus: str
+) -> dict[str, float]:
+    """One wrk run; returns its summary (latencies in µs) plus requests/s."""
+    argv = pinned(
+        cpus,
+        [
+            "wrk",
+            "-t1",
+            f"-c{connections}",
+            f"-d{max(1, round(seconds))}s",
+            "--timeout",
+            "10s",
+            "-s",
+            str(LUA),
+            url,
+        ],
+    )
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "WRK_BODY": str(body_file)},
+        timeout=seconds + 60,
+        check=False,
+    )
+    line = next((x for x in done.stdout.splitlines() if x.startswith("WRK ")), None)
+    if line is None:
+        raise RuntimeError(f"wrk printed no summary: {done.stdout[-500:]} {done.stderr[-500:]}")
+    summary: dict[str, float] = orjson.loads(line[4:])
+    summary["rps"] = summary["requests"] / (summary["duration_us"] / 1e6)
+    summary["errors"] = sum(
+        summary[k]
+        for k in ("connect_errors", "read_errors", "write_errors", "status_errors", "timeouts")
+    )
+    return summary
+
+
+def run_ttft(url: str, body_file: Path, requests: int, cpus: str) -> dict[str, Any]:
+    argv = pinned(
+        cpus,
+        [
+            sys.executable,
+            "-m",
+            "bench.ttft",
+            "--url",
+            url,
+            "--body",
+            str(body_file),
+            "-n",
+            str(requests),
+        ],
+    )
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
+    lines = done.stdout.strip().splitlines()
+    if not lines:
+        return {"error": f"bench.ttft failed: {done.stderr[-300:]}"}
+    result: dict[str, Any] = orjson.loads(lines[-1])
+    return result
+
+
+@dataclass
+class Sample:
+    """One round of one target."""
+
+    c1: dict[str, float]
+    c64: dict[str, float]
+    ttft: dict[str, Any]
+
+
+@dataclass
+class Outcome:
+    """Everything measured for one target, or why it was skipped."""
+
+    name: str
+    note: str = ""
+    samples: list[Sample] = field(default_factory=list)
+    ttft_note: str = ""
+
+    def median(self, part: str, key: str) -> float | None:
+        values = [getattr(s, part).get(key) for s in self.samples]
+        present = [v for v in values if isinstance(v, int | float)]
+        return statistics.median(present) if present else None
+
+
+def added(outcome: Outcome, direct: Outcome, part: str, key: str) -> float | None:
+    """Median over rounds of (target − direct) in the same round, in µs."""
+    diffs = []
+    for mine, base in zip(outcome.samples, direct.samples, strict=False):
+        a, b = getattr(mine, part).get(key), getattr(base, part).get(key)
+        if isinstance(a, int | float) and isinstance(b, int | float):
+            diffs.append(a - b)
+    return statistics.median(diffs) if diffs else None
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def servers(
+    wanted: list[str],
+    workdir: Path,
+    placement: Placement,
+    upstream_port: int,
+    checkouts: dict[str, Path] | None = None,
+) -> Iterator[tuple[dict[str, Server], dict[str, str]]]:
+    """Start the upstream and every wanted proxy; yield the running ones and skip notes."""
+    python = sys.executable
+    checkouts = checkouts or {}
+    upstream_base = f"http://127.0.0.1:{upstream_port}/v1"
+    running: dict[str, Server] = {}
+    notes: dict[str, str] = {}
+    started: list[Server] = []
+    try:
+        upstream = start(
+            "upstream",
+            pinned(
+                placement.upstream,
+                [python, "-m", "bench.fake_upstream", "--port", str(upstream_port)],
+            ),
+            upstream_port,
+            "/v1/chat/completions",
+            workdir,
+        )
+        started.append(upstream)
+        why = wait_ready(upstream, request_body(), 20)
+        if why:
+            raise RuntimeError(f"the fake upstream did not start: {why}")
+        running["direct"] = Server(
+            "direct", upstream_port, "/v1/chat/completions", upstream.process, upstream.log, False
+        )
+        commands: dict[str, tuple[list[str], dict[str, str]]] = {}
+        port = {name: free_port() for name in [*wanted, BASELINE]}
+        for name in ("toolsentry", BASELINE):
+            if name in wanted:
+                commands[name] = (
+                    [
+                        python,
+                        "-m",
+                        "proxy.cli",
+                        "serve",
+                        "--upstream",
+                        upstream_base,
+                        "--port",
+                        str(port[name]),
+                    ],
+                    {},
+                )
+        for client in ("aiohttp", "httpx"):
+            if f"pass-{client}" in wanted:
+                commands[f"pass-{client}"] = (
+                    [
+                        python,
+                        "-m",
+                        "bench.passthrough",
+                        "--client",
+                        client,
+                        "--upstream",
+                        upstream_base,
+                        "--port",
+                        str(port[f"pass-{client}"]),
+                    ],
+                    {},
+                )
+        if "litellm" in wanted:
+            exe, version = ensure_litellm(LITELLM_VENV)
+            if exe is None:
+                notes["litellm"] = f"skipped: {version}"
+            else:
+                notes["litellm"] = f"LiteLLM {version}"
+                commands["litellm"] = (
+                    [
+                        str(exe),
+                        "--config",
+                        str(litellm_config(workdir, upstream_base)),
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(port["litellm"]),
+                        "--num_workers",
+                        "1",
+                    ],
+                    {
+                        "LITELLM_LOG": "ERROR",
+                        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                        "LITELLM_TELEMETRY": "False",
+                        # No master key: LiteLLM then skips key checks, as toolsentry does here.
+                        "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
+                    },
+                )
+        for name, (argv, env) in commands.items():
+            cwd = checkouts.get(name, ROOT)
+            server = start(
+                name,
+                pinned(placement.proxy, argv),
+                port[name],
+                "/v1/chat/completions",
+                workdir,
+                env,
+                cwd,
+            )
+            started.append(server)
+        for server in started[1:]:
+            why = wait_ready(server, request_body(), 120 if server.name == "litellm" else 30)
+            if why:
+                notes[server.name] = f"skipped: did not start ({why})"
+                server.stop()
+            else:
+                running[server.name] = server
+                server.pause()
+        yield running, notes
+    finally:
+        for server in started:
+            server.stop()
+
+
+def measure(args: argparse.Namespace) -> tuple[dict[str, Outcome], dict[str, Any]]:
+    wanted = [t for t in (args.only or TARGETS) if not (t == "litellm" and args.skip_litellm)]
+    if args.baseline is not None:
+        wanted.insert(wanted.index("toolsentry") + 1 if "toolsentry" in wanted else 0, BASELINE)
+    if "direct" not in wanted:
+        wanted.insert(0, "direct")  # every added figure is against direct
+    placement = Placement.for_machine()
+    info: dict[str, Any] = {"placement": placement.describe(), "notes": {}, "load": load_average()}
+    outcomes = {name: Outcome(name) for name in wanted}
+    if args.skip_litellm and "litellm" in (args.only or TARGETS):
+        info["notes"]["litellm"] = "skipped (--skip-litellm)"
+    with tempfile.TemporaryDirectory(prefix="toolsentry-bench-") as tmp:
+        workdir = Path(tmp)
+        body_file = workdir / "body.json"
+        body_file.write_bytes(request_body())
+        stream_file = workdir / "stream.json"
+        stream_file.write_bytes(request_body(stream=True))
+        with servers(
+            [w for w in wanted if w != "direct"],
+            workdir,
+            placement,
+            free_port(),
+            {"toolsentry": args.toolsentry_dir, BASELINE: args.baseline or ROOT},
+        ) as (
+            running,
+            notes,
+        ):
+            info["notes"].update(notes)
+            order = [w for w in wanted if w in running]
+            for name in wanted:
+                if name not in running:
+                    outcomes[name].note = notes.get(name, "skipped")
+            info["notes"].update(
+                profile(running, body_file, args, placement) if args.profile else {}
+            )
+            # Streaming: a target that answers stream:true with an error is skipped with its answer.
+            for name in order:
+                server = running[name]
+                server.resume()
+                probe = run_ttft(server.url, stream_file, 3, placement.load)
+                server.pause()
+                if "error" in probe:
+                    outcomes[name].ttft_note = f"streaming skipped: {probe['error'][:160]}"
+            for round_ in range(args.rounds):
+                shift = round_ % len(order)
+                for name in order[shift:] + order[:shift]:
+                    server = running[name]
+                    server.resume()
+                    run_wrk(server.url, body_file, 8, 2 if round_ == 0 else 1, placement.load)
+                    c1 = run_wrk(server.url, body_file, 1, args.duration, placement.load)
+                    cpu_before = server.cpu_seconds()
+                    c64 = run_wrk(
+                        server.url, body_file, HIGH_CONCURRENCY, args.duration, placement.load
+                    )
+                    cpu_after = server.cpu_seconds()
+                    if cpu_before is not None and cpu_after is not None and c64["requests"]:
+                        # CPU per request is what contention on a shared machine disturbs least.
+                        c64["cpu_us"] = (cpu_after - cpu_before) / c64["requests"] * 1e6
+                    ttft: dict[str, Any] = {}
+                    if not outcomes[name].ttft_note:
+                        ttft = run_ttft(server.url, stream_file, args.ttft_requests, placement.load)
+                    server.pause()
+                    outcomes[name].samples.append(Sample(c1, c64, ttft))
+                    console.print(
+                        f"  round {round_ + 1}/{args.rounds} {name:13} c1 p50 {c1['p50_us'] / 1000:.3f} ms"
+                        f"  c64 {c64['rps']:,.0f} req/s"
+                        + (f"  ttft p50 {ttft['p50_us'] / 1000:.3f} ms" if "p50_us" in ttft else "")
+                        + (
+                            f"  ({c1['errors'] + c64['errors']:.0f} errors)"
+                            if c1["errors"] + c64["errors"]
+                            else ""
+                        )
+                    )
+    return outcomes, info
+
+
+def profile(
+    running: dict[str, Server], body_file: Path, args: argparse.Namespace, placement: Placement
+) -> dict[str, str]:
+    """Flame graphs of the Python proxies under concurrency-64 load (py-spy), into bench/profiles/."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        return {"profile": "no py-spy: pip install py-spy"}
+    notes = {}
+    for name in ("toolsentry", "pass-aiohttp"):
+        server = running.get(name)
+        if server is None or server.process is None:
+            continue
+        out = BENCH / "profiles" / f"{args.profile_prefix}{name}.svg"
+        out.parent.mkdir(exist_ok=True)
+        server.resume()
+        seconds = max(3, round(args.duration))
+        recorder = subprocess.Popen(
+            pinned(
+                placement.load,
+                [
+                    spy,
+                    "record",
+                    "-o",
+                    str(out),
+                    "--pid",
+                    str(server.process.pid),
+                    "--duration",
+                    str(seconds),
+                    "--rate",
+                    "250",
+                    "--nonblocking",
+                ],
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        time.sleep(0.5)
+        run_wrk(server.url, body_file, HIGH_CONCURRENCY, seconds, placement.load)
+        _, err = recorder.communicate(timeout=60)
+        server.pause()
+        notes[f"profile {name}"] = (
+            str(out.relative_to(ROOT)) if out.exists() else f"py-spy failed: {err[-200:]!r}"
+        )
+    return notes
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+def ms(us: float | None, digits: int = 3) -> str:
+    return "–" if us is None else f"{us / 1000:.{digits}f}"
+
+
+def cpu(us: float | None) -> str:
+    return "–" if us is None else f"{us:.0f}"
+
+
+def ratio(a: float | None, b: float | None, digits: int = 1) -> str:
+    if a is None or b is None or b == 0:
+        return "–"
+    return f"{a / b:.{digits}f}×"
+
+
+def rows(outcomes: dict[str, Outcome]) -> list[list[str]]:
+    direct = outcomes["direct"]
+    out = []
+    for o in outcomes.values():
+        if not o.samples:
+            out.append([o.name, "skipped (see below)", *["–"] * (len(COLUMNS) - 2)])
+            continue
+        is_direct = o is direct
+        ttft_p50 = o.median("ttft", "p50_us")
+        out.append(
+            [
+                o.name,
+                ms(o.median("c1", "p50_us")),
+                ms(o.median("c1", "p99_us")),
+                "" if is_direct else ms(added(o, direct, "c1", "p50_us")),
+                "" if is_direct else ms(added(o, direct, "c1", "p99_us")),
+                f"{o.median('c64', 'rps'):,.0f}",
+                ms(o.median("c64", "p99_us"), 2),
+                cpu(o.median("c64", "cpu_us")),
+                ms(ttft_p50) if ttft_p50 is not None else (o.ttft_note and "skipped") or "–",
+                ""
+                if is_direct
+                else ms(added(o, direct, "ttft", "p50_us"))
+                if ttft_p50 is not None
+                else "–",
+            ]
+        )
+    return out
+
+
+COLUMNS = [
+    "target",
+    "c1 p50 ms",
+    "c1 p99 ms",
+    "added p50 ms",
+    "added p99 ms",
+    "c64 req/s",
+    "c64 p99 ms",
+    "CPU µs/req",
+    "TTFT p50 ms",
+    "added TTFT ms",
+]
+
+
+RATIO_COLUMNS = (
+    "comparison",
+    "throughput at c64",
+    "added latency at c1",
+    "p99 at c64",
+    "proxy CPU at c64",
+)
+
+
+def floor_of(outcomes: dict[str, Outcome]) -> Outcome | None:
+    passes = [o for n, o in outcomes.items() if n.startswith("pass-") and o.samples]
+    return max(passes, key=lambda o: o.median("c64", "rps") or 0.0, default=None)
+
+
+def headline(outcomes: dict[str, Outcome]) -> tuple[list[list[str]], list[list[str]]]:
+    """(ratio rows, goal rows)."""
+    ts, direct = outcomes.get("toolsentry"), outcomes["direct"]
+    floor, lite = floor_of(outcomes), outcomes.get("litellm")
+    ratios: list[list[str]] = []
+    goals: list[list[str]] = []
+    if ts is None or not ts.samples:
+        return ratios, goals
+    ts_add50 = added(ts, direct, "c1", "p50_us")
+    ts_add99 = added(ts, direct, "c1", "p99_us")
+    ts_rps, ts_p99 = ts.median("c64", "rps"), ts.median("c64", "p99_us")
+    base = outcomes.get(BASELINE)
+    for other in (floor, lite if lite is not None and lite.samples else None, base):
+        if other is None or not other.samples:
+            continue
+        o50 = added(other, direct, "c1", "p50_us")
+        ratios.append(
+            [
+                f"toolsentry vs {other.name}",
+                f"{ratio(ts_rps, other.median('c64', 'rps'), 2)} the req/s",
+                f"{ratio(ts_add50, o50, 2)} the added p50 ({ms(ts_add50)} vs {ms(o50)} ms)",
+                f"{ratio(ts_p99, other.median('c64', 'p99_us'), 2)} the c64 p99",
+                f"{ratio(ts.median('c64', 'cpu_us'), other.median('c64', 'cpu_us'), 2)} the CPU per request",
+            ]
+        )
+
+    def goal(name: str, value: str, target: str, ok: bool | None) -> None:
+        goals.append([name, value, target, "–" if ok is None else ("met" if ok else "MISSED")])
+
+    goal(
+        "added p50 at c1",
+        f"{ms(ts_add50)} ms",
+        f"≤ {GOAL_ADDED_P50_MS} ms",
+        None if ts_add50 is None else ts_add50 / 1000 <= GOAL_ADDED_P50_MS,
+    )
+    goal(
+        "added p99 at c1",
+        f"{ms(ts_add99)} ms",
+        f"≤ {GOAL_ADDED_P99_MS} ms",
+        None if ts_add99 is None else ts_add99 / 1000 <= GOAL_ADDED_P99_MS,
+    )
+    if floor is not None and ts_rps is not None:
+        share = ts_rps / (floor.median("c64", "rps") or 1)
+        goal(
+            f"c64 req/s vs {floor.name}",
+            f"{share:.0%}",
+            f"≥ {GOAL_THROUGHPUT_OF_FLOOR:.0%}",
+            share >= GOAL_THROUGHPUT_OF_FLOOR,
+        )
+    if lite is not None and lite.samples and ts_rps is not None:
+        times = ts_rps / (lite.median("c64", "rps") or 1)
+        lower = (ts_p99 or 0) < (lite.median("c64", "p99_us") or 0)
+        goal(
+            "c64 req/s vs litellm, lower p99",
+            f"{times:.0f}×, p99 {ms(ts_p99, 2)} vs {ms(lite.median('c64', 'p99_us'), 2)} ms",
+            f"≥ {GOAL_THROUGHPUT_OF_LITELLM:.0f}×, lower",
+            times >= GOAL_THROUGHPUT_OF_LITELLM and lower,
+        )
+    ttft_added = added(ts, direct, "ttft", "p50_us")
+    goal(
+        "added TTFT p50",
+        f"{ms(ttft_added)} ms" if ttft_added is not None else ts.ttft_note or "–",
+        f"≤ {GOAL_ADDED_TTFT_MS} ms",
+        None if ttft_added is None else ttft_added / 1000 <= GOAL_ADDED_TTFT_MS,
+    )
+    return ratios, goals
+
+
+def show(outcomes: dict[str, Outcome], info: dict[str, Any]) -> None:
+    table = Table(title="Proxy overhead (medians over rounds; added = target − direct)")
+    for column in COLUMNS:
+        table.add_column(column, justify="left" if column == "target" else "right")
+    for row in rows(outcomes):
+        table.add_row(*row)
+    console.print(table)
+    ratios, goals = headline(outcomes)
+    if ratios:
+        t = Table(title="Headline ratios")
+        for column in RATIO_COLUMNS:
+            t.add_column(column)
+        for row in ratios:
+            t.add_row(*row)
+        console.print(t)
+    if goals:
+        t = Table(title="Goals")
+        for column in ("goal", "measured", "target", ""):
+            t.add_column(column)
+        for row in goals:
+            t.add_row(*row)
+        console.print(t)
+    for name, note in info["notes"].items():
+        console.print(f"[dim]{name}: {note}[/]")
+    for o in outcomes.values():
+        if o.ttft_note:
+            console.print(f"[dim]{o.name}: {o.ttft_note}[/]")
+
+
+def markdown_table(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{os.cpu_count()} CPUs (`nproc`), {model}, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def results_header() -> str:
+    return (
+        "# Benchmark results\n\n"
+        f"Created {dt.date.today().isoformat()} on {machine()}.\n\n"
+        "The machine is shared with other work, so every comparison runs side by side in one run\n"
+        "and the ratios are the figures to trust; absolute numbers drift from run to run.\n\n"
+        "Commands (from the repository root, with the project's virtualenv active):\n\n"
+        "```\n"
+        "python -m bench.overhead          # proxy overhead: direct, toolsentry, pass-throughs, LiteLLM\n"
+        "python -m bench.validate          # validator choice and the guard's per-call cost\n"
+        "make bench                        # both\n"
+        "```\n\n"
+        "Sections below are written by the scripts (between their markers) or by hand.\n"
+    )
+
+
+def section(outcomes: dict[str, Outcome], info: dict[str, Any], argv: list[str]) -> str:
+    ratios, goals = headline(outcomes)
+    notes = [f"- {name}: {note}" for name, note in info["notes"].items()]
+    notes += [f"- {o.name}: {o.ttft_note}" for o in outcomes.values() if o.ttft_note]
+    parts = [
+        SECTION_BEGIN,
+        "## Proxy overhead (bench/overhead.py)",
+        "",
+        f"{dt.datetime.now().strftime('%Y-%m-%d %H:%M')}, {machine()}; wrk {wrk_version()}.",
+        f"Command: `{' '.join(['python -m bench.overhead', *argv])}`; load average at start {info['load']}",
+        "(other work on the machine: the higher it is, the more the absolute figures stretch).",
+        f"Placement: {info['placement']}. Concurrency 1 and {HIGH_CONCURRENCY} from wrk (one thread),",
+        f"{info['duration']} s each, {info['rounds']} rounds in rotating order, medians shown; added = target − direct",
+        "of the same round. TTFT: streamed requests one at a time, first content byte (bench/ttft.py).",
+        "",
+        markdown_table(COLUMNS, rows(outcomes)),
+        "",
+    ]
+    if ratios:
+        parts += [
+            markdown_table(list(RATIO_COLUMNS), ratios),
+            "",
+        ]
+    if goals:
+        parts += [markdown_table(["goal", "measured", "target", ""], goals), ""]
+    if notes:
+        parts += [*notes, ""]
+    parts.append(SECTION_END)
+    return "\n".join(parts)
+
+
+def wrk_version() -> str:
+    done = subprocess.run(["wrk", "-v"], capture_output=True, text=True, check=False)
+    first = (done.stdout or done.stderr).strip().splitlines()
+    return first[0].split(" [")[0].removeprefix("wrk ") if first else "?"
+
+
+def write_results(path: Path, text: str) -> None:
+    current = path.read_text() if path.exists() else results_header()
+    if SECTION_BEGIN in current and SECTION_END in current:
+        before, rest = current.split(SECTION_BEGIN, 1)
+        after = rest.split(SECTION_END, 1)[1]
+        current = before + text + after
+    else:
+        current = current.rstrip("\n") + "\n\n" + text + "\n"
+    path.write_text(current)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--duration", type=float, default=4.0, help="seconds per wrk measurement [4]"
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="rounds in rotating order [2]")
+    parser.add_argument(
+        "--only",
+        type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
+        help=f"comma-separated targets among {', '.join(TARGETS)} (direct is always measured)",
+    )
+    parser.add_argument("--skip-litellm", action="store_true", help="do not install or run LiteLLM")
+    parser.add_argument("--ttft-requests", type=int, default=TTFT_REQUESTS)
+    parser.add_argument(
+        "--profile", action="store_true", help="py-spy flame graphs into bench/profiles/"
+    )
+    parser.add_argument("--profile-prefix", default="", help="file name prefix for --profile")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="also measure the toolsentry in this directory (another checkout), "
+        f"as '{BASELINE}', for before/after comparisons",
+    )
+    parser.add_argument(
+        "--toolsentry-dir",
+        type=Path,
+        default=ROOT,
+        help="the checkout whose toolsentry is measured as 'toolsentry' [this one]",
+    )
+    parser.add_argument("--no-write", action="store_true", help=f"do not update {RESULTS.name}")
+    args = parser.parse_args(argv)
+    unknown = set(args.only or ()) - set(TARGETS)
+    if unknown:
+        parser.error(
+            f"unknown target(s) {', '.join(sorted(unknown))}; choose among {', '.join(TARGETS)}"
+        )
+    if not have_wrk():
+        console.print(
+            "[bold red]wrk is not installed.[/] It generates the load. Debian/Ubuntu: "
+            "`apt-get install -y wrk`; macOS: `brew install wrk`."
+        )
+        return 2
+    started = time.monotonic()
+    outcomes, info = measure(args)
+    info.update(duration=args.duration, rounds=args.rounds)
+    show(outcomes, info)
+    console.print(f"[dim]{time.monotonic() - started:.0f} s[/]")
+    if not args.no_write:
+        write_results(RESULTS, section(outcomes, info, sys.argv[1:] if argv is None else argv))
+        console.print(f"wrote {RESULTS.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
