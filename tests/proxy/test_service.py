@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 from proxy.testing import Fault, completion, tool_call
 from tests.proxy.builders import make_request
 from tests.proxy.conftest import RunningProxy, RunningUpstream
+from tests.proxy.metrics_text import metric
 
 VALID_CANCEL = tool_call("cancel_pending_order", {"order_id": "#W1", "reason": "no longer needed"})
 
@@ -26,18 +26,6 @@ def chat(
     return client.chat.completions.with_raw_response.create(
         **body, extra_headers={"x-session-id": session, **headers}
     )
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    """The value of one sample in Prometheus exposition text (0 when absent)."""
-    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        match = re.match(r"^(\w+)\{([^}]*)\} (\S+)$", line)
-        if match and match.group(1) == name:
-            have = ",".join(sorted(match.group(2).split(",")))
-            if have == want:
-                return float(match.group(3))
-    return 0.0
 
 
 def test_hallucinated_tool_is_reasked_and_client_receives_the_valid_call(

@@ -25,7 +25,7 @@ from proxy.streaming import completion_chunks
 from proxy.testing import SSE, Fault, completion, free_port, tool_call
 from tests.proxy.builders import make_request
 from tests.proxy.conftest import RunningProxy, RunningUpstream
-from tests.proxy.test_service import metric
+from tests.proxy.metrics_text import metric
 
 try:  # the HTTP library this openai release is built on
     import httpx2 as sdk_httpx

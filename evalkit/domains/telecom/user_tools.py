@@ -6,6 +6,8 @@ and every setting changes the same fields. Changing a radio setting re-runs the 
 (`simulate_network_search`), which decides the connection from the SIM, the network mode
 preference, airplane mode, the APN, the signal where the customer is, and whether the carrier
 keeps the line active.
+What the state means (the status bar, the search itself, whether data and MMS work, the speed
+test) is worked out in `phone_state.py`.
 
 Besides the tools, the class holds the set-up functions τ²-bench's tasks call to break the phone
 (`turn_airplane_mode_on`, `unseat_sim_card`, `break_vpn`, …) and the assertions they check
@@ -17,6 +19,20 @@ from __future__ import annotations
 from typing import Any
 
 from evalkit.domains.base import Toolkit, tool
+from evalkit.domains.telecom.phone_state import (
+    SIM_TEXT,
+    SPEED_ADVICE,
+    can_send_mms,
+    disconnect_vpn,
+    drop_wifi,
+    granted_permissions,
+    mobile_data_working,
+    network_search,
+    on_off,
+    sim_status,
+    speed_test,
+    status_bar,
+)
 from evalkit.domains.telecom.user_data_model import (
     APNNames,
     APNSettings,
@@ -24,9 +40,7 @@ from evalkit.domains.telecom.user_data_model import (
     MockPhoneAttributes,
     NetworkModePreference,
     NetworkStatus,
-    NetworkTechnology,
     PerformanceLevel,
-    SignalStrength,
     SimStatus,
     TelecomUserDB,
     UserSurroundings,
@@ -38,52 +52,6 @@ DEFAULT_VPN = VpnDetails(
     protocol="OpenVPN",
     server_performance=PerformanceLevel.EXCELLENT,
 )
-
-_SIGNAL_ICONS = {
-    SignalStrength.NONE: "📵 No Signal",
-    SignalStrength.POOR: "📶¹ Poor",
-    SignalStrength.FAIR: "📶² Fair",
-    SignalStrength.GOOD: "📶³ Good",
-    SignalStrength.EXCELLENT: "📶⁴ Excellent",
-}
-
-# Download speed range (Mbps) of each technology; the speed is its midpoint times the factors.
-_TECH_SPEED = {
-    NetworkTechnology.TWO_G: (0.1, 0.4),
-    NetworkTechnology.THREE_G: (1.0, 5.0),
-    NetworkTechnology.FOUR_G: (10.0, 100.0),
-    NetworkTechnology.FIVE_G: (50.0, 500.0),
-    NetworkTechnology.NONE: (0.0, 0.0),
-}
-_SIGNAL_FACTOR = {
-    SignalStrength.POOR: 0.2,
-    SignalStrength.FAIR: 0.5,
-    SignalStrength.GOOD: 0.8,
-    SignalStrength.EXCELLENT: 1.0,
-    SignalStrength.NONE: 0.0,
-}
-_SPEED_ADVICE = {
-    "Very Poor": "Connection is very slow. Basic web browsing might be difficult.",
-    "Poor": "Connection is slow. Web browsing may be sluggish, streaming difficult.",
-    "Fair": "Connection is okay for web browsing and some standard definition streaming.",
-    "Good": "Connection is good for most activities, including HD streaming.",
-    "Excellent": "Connection is very fast.",
-}
-_MODE_TECHNOLOGY = {
-    NetworkModePreference.FOUR_G_ONLY: NetworkTechnology.FOUR_G,
-    NetworkModePreference.THREE_G_ONLY: NetworkTechnology.THREE_G,
-    NetworkModePreference.TWO_G_ONLY: NetworkTechnology.TWO_G,
-}
-_SIM_TEXT = {
-    SimStatus.ACTIVE: "Your SIM card is active and working.",
-    SimStatus.MISSING: "No SIM card detected in the phone.",
-    SimStatus.LOCKED_PIN: "The SIM card is locked with a PIN code.",
-    SimStatus.LOCKED_PUK: "The SIM card is locked with a PUK code.",
-}
-
-
-def _on_off(value: bool) -> str:
-    return "ON" if value else "OFF"
 
 
 class TelecomUserTools(Toolkit):
@@ -121,35 +89,10 @@ class TelecomUserTools(Toolkit):
     def check_status_bar(self) -> str:
         """Show the icons in the phone's status bar: signal strength and network type, whether
         mobile data is on (and Data Saver), Wi-Fi, VPN, and the battery level."""
-        return f"Status Bar: {self._status_bar()}"
-
-    def _status_bar(self) -> str:
-        device = self.device
-        icons: list[str] = []
-        if device.airplane_mode:
-            icons.append("✈️ Airplane Mode")
-        else:
-            icons.append(_SIGNAL_ICONS.get(device.network_signal_strength, "📵 No Signal"))
-            connected = device.network_technology_connected != NetworkTechnology.NONE
-            if connected:
-                icons.append(device.network_technology_connected.value)
-            if device.data_enabled and connected:
-                icons.append("📱 Data Enabled")
-                if device.data_saver_mode:
-                    icons.append("🔽 Data Saver")
-            else:
-                icons.append("📵 Data Disabled")
-        if device.wifi_enabled and device.wifi_connected:
-            icons.append(
-                f"📡 Connected to {device.wifi_ssid}" if device.wifi_ssid else "📡 Enabled"
-            )
-        if device.vpn_connected:
-            icons.append("🔒 VPN Connected")
-        icons.append(f"🔋 {device.battery_level}%")
-        return " | ".join(icons)
+        return f"Status Bar: {status_bar(self.device)}"
 
     def _with_status_bar(self, text: str) -> str:
-        return f"{text}\nStatus Bar: {self._status_bar()}"
+        return f"{text}\nStatus Bar: {status_bar(self.device)}"
 
     @tool()
     def check_network_status(self) -> str:
@@ -157,14 +100,14 @@ class TelecomUserTools(Toolkit):
         connection, signal strength, network type, mobile data, data roaming, Wi-Fi."""
         device = self.device
         lines = [
-            f"Airplane Mode: {_on_off(device.airplane_mode)}",
-            f"SIM Card Status: {self._sim_status().value}",
+            f"Airplane Mode: {on_off(device.airplane_mode)}",
+            f"SIM Card Status: {sim_status(device).value}",
             f"Cellular Connection: {device.network_connection_status.value}",
             f"Cellular Signal: {device.network_signal_strength.value}",
             f"Cellular Network Type: {device.network_technology_connected.value}",
             f"Mobile Data Enabled: {'Yes' if device.data_enabled else 'No'}",
             f"Data Roaming Enabled: {'Yes' if device.roaming_enabled else 'No'}",
-            f"Wi-Fi Radio: {_on_off(device.wifi_enabled)}",
+            f"Wi-Fi Radio: {on_off(device.wifi_enabled)}",
             f"Wi-Fi Connected: {'Yes' if device.wifi_connected else 'No'}",
         ]
         if device.wifi_connected:
@@ -195,52 +138,14 @@ class TelecomUserTools(Toolkit):
         self.simulate_network_search()
         return self._with_status_bar(f"Preferred Network Mode set to: {preference.value}")
 
-    def _mobile_data_working(self) -> bool:
-        device, around = self.device, self.surroundings
-        if device.airplane_mode or device.network_signal_strength == SignalStrength.NONE:
-            return False
-        if device.network_connection_status == NetworkStatus.NO_SERVICE:
-            return False
-        if around.is_abroad and not (device.roaming_enabled and around.roaming_allowed):
-            return False
-        if not device.data_enabled:
-            return False
-        return not around.mobile_data_usage_exceeded
-
     @tool()
     def run_speed_test(self) -> str:
         """Measure the phone's mobile download speed and say what it is good enough for."""
-        speed, description = self._speed_test()
+        speed, description = speed_test(self.device, self.surroundings)
         if speed is None:
             return f"Speed test failed: {description or 'Could not determine speed'}."
-        advice = _SPEED_ADVICE.get(description, "")
+        advice = SPEED_ADVICE.get(description, "")
         return f"Speed Test Result: {speed:.2f} Mbps ({description}). {advice}"
-
-    def _speed_test(self) -> tuple[float | None, str]:
-        if not self._mobile_data_working():
-            return None, "No Connection"
-        device = self.device
-        factor = 1.0
-        if (
-            device.vpn_connected
-            and device.vpn_details is not None
-            and device.vpn_details.server_performance == PerformanceLevel.POOR
-        ):
-            factor = 0.1
-        if device.data_saver_mode:
-            factor *= 0.2
-        low, high = _TECH_SPEED.get(device.network_technology_connected, (0.0, 0.0))
-        signal = _SIGNAL_FACTOR.get(device.network_signal_strength, 0.0)
-        speed = round((low + high) / 2.0 * signal * factor, 2)
-        if speed < 1:
-            return speed, "Very Poor"
-        if speed < 5:
-            return speed, "Poor"
-        if speed < 25:
-            return speed, "Fair"
-        if speed < 100:
-            return speed, "Good"
-        return speed, "Excellent"
 
     # -- airplane mode ---------------------------------------------------------------------
 
@@ -248,7 +153,7 @@ class TelecomUserTools(Toolkit):
     def toggle_airplane_mode(self) -> str:
         """Switch Airplane Mode on or off. On, it cuts every radio: cellular, Wi-Fi, Bluetooth."""
         state = self._toggle_airplane_mode()
-        return self._with_status_bar(f"Airplane Mode is now {_on_off(state)}.")
+        return self._with_status_bar(f"Airplane Mode is now {on_off(state)}.")
 
     def _toggle_airplane_mode(self) -> bool:
         device = self.device
@@ -257,18 +162,13 @@ class TelecomUserTools(Toolkit):
         if was_on:
             device.network_connection_status = NetworkStatus.SEARCHING
             if device.wifi_enabled:
-                self._drop_wifi()
+                drop_wifi(device)
         else:
-            self._drop_wifi()
+            drop_wifi(device)
             if device.vpn_connected:
-                self._disconnect_vpn()
+                disconnect_vpn(device)
         self.simulate_network_search()
         return device.airplane_mode
-
-    def _drop_wifi(self) -> None:
-        self.device.wifi_connected = False
-        self.device.wifi_ssid = None
-        self.device.wifi_signal_strength = SignalStrength.NONE
 
     def turn_airplane_mode_on(self) -> str:
         """Put the phone in Airplane Mode (a task's set-up)."""
@@ -287,13 +187,8 @@ class TelecomUserTools(Toolkit):
     @tool()
     def check_sim_status(self) -> str:
         """Show whether the SIM card works: active, missing, or locked by a PIN or PUK code."""
-        status = self._sim_status()
-        return _SIM_TEXT.get(status, f"Unknown SIM status: {status.value}")
-
-    def _sim_status(self) -> SimStatus:
-        if self.device.sim_card_missing:
-            return SimStatus.MISSING
-        return self.device.sim_card_status
+        status = sim_status(self.device)
+        return SIM_TEXT.get(status, f"Unknown SIM status: {status.value}")
 
     @tool(mutates=True)
     def reseat_sim_card(self) -> str:
@@ -324,7 +219,7 @@ class TelecomUserTools(Toolkit):
         """Switch mobile data on or off: whether the phone may use the cellular network for
         internet when there is no Wi-Fi."""
         state = self._toggle_data()
-        return self._with_status_bar(f"Mobile Data is now {_on_off(state)}.")
+        return self._with_status_bar(f"Mobile Data is now {on_off(state)}.")
 
     def _toggle_data(self) -> bool:
         self.device.data_enabled = not self.device.data_enabled
@@ -347,7 +242,7 @@ class TelecomUserTools(Toolkit):
         """Switch Data Roaming on or off: whether the phone may use data on other carriers'
         networks, outside the home coverage."""
         state = self._toggle_roaming()
-        return self._with_status_bar(f"Data Roaming is now {_on_off(state)}.")
+        return self._with_status_bar(f"Data Roaming is now {on_off(state)}.")
 
     def _toggle_roaming(self) -> bool:
         self.device.roaming_enabled = not self.device.roaming_enabled
@@ -377,7 +272,7 @@ class TelecomUserTools(Toolkit):
     def toggle_data_saver_mode(self) -> str:
         """Switch Data Saver mode on or off. On, it cuts data use and can slow data down."""
         state = self._toggle_data_saver_mode()
-        return self._with_status_bar(f"Data Saver Mode is now {_on_off(state)}.")
+        return self._with_status_bar(f"Data Saver Mode is now {on_off(state)}.")
 
     def _toggle_data_saver_mode(self) -> bool:
         self.device.data_saver_mode = not self.device.data_saver_mode
@@ -460,29 +355,29 @@ class TelecomUserTools(Toolkit):
             return self._with_status_bar("Cannot change Wi-Fi settings while Airplane Mode is ON.")
         self.device.wifi_enabled = not self.device.wifi_enabled
         if not self.device.wifi_enabled:
-            self._drop_wifi()
-        return self._with_status_bar(f"Wi-Fi is now {_on_off(self.device.wifi_enabled)}.")
+            drop_wifi(self.device)
+        return self._with_status_bar(f"Wi-Fi is now {on_off(self.device.wifi_enabled)}.")
 
     @tool()
     def check_wifi_calling_status(self) -> str:
         """Show whether Wi-Fi Calling is on: calls over Wi-Fi instead of the cellular network."""
-        return f"Wi-Fi Calling is currently turned {_on_off(self.device.wifi_calling_enabled)}."
+        return f"Wi-Fi Calling is currently turned {on_off(self.device.wifi_calling_enabled)}."
 
     @tool(mutates=True)
     def toggle_wifi_calling(self) -> str:
         """Switch Wi-Fi Calling on or off; it can help where the cellular signal is weak."""
         self.device.wifi_calling_enabled = not self.device.wifi_calling_enabled
         return self._with_status_bar(
-            f"Wi-Fi Calling is now {_on_off(self.device.wifi_calling_enabled)}."
+            f"Wi-Fi Calling is now {on_off(self.device.wifi_calling_enabled)}."
         )
 
     def set_wifi_calling(self, enabled: bool, mms_over_wifi: bool | None = None) -> str:
         """Set Wi-Fi Calling, and MMS over Wi-Fi when given (a task's set-up)."""
         self.device.wifi_calling_enabled = enabled
-        text = f"Wi-Fi Calling is now {_on_off(enabled)}."
+        text = f"Wi-Fi Calling is now {on_off(enabled)}."
         if mms_over_wifi is not None:
             self.device.wifi_calling_mms_over_wifi = mms_over_wifi
-            text += f"\nMMS over Wi-Fi is now {_on_off(mms_over_wifi)}."
+            text += f"\nMMS over Wi-Fi is now {on_off(mms_over_wifi)}."
         return text
 
     # -- VPN -------------------------------------------------------------------------------
@@ -512,16 +407,9 @@ class TelecomUserTools(Toolkit):
     def disconnect_vpn(self) -> str:
         """Disconnect the VPN, so traffic no longer goes through a VPN server (this can change
         speed and what content is reachable)."""
-        if self._disconnect_vpn():
+        if disconnect_vpn(self.device):
             return self._with_status_bar("VPN disconnected successfully.")
         return self._with_status_bar("No active VPN connection to disconnect.")
-
-    def _disconnect_vpn(self) -> bool:
-        if not self.device.vpn_connected:
-            return False
-        self.device.vpn_connected = False
-        self.device.vpn_details = None
-        return True
 
     def break_vpn(self) -> str:
         """Connect a VPN whose server performs poorly, slowing data (a task's set-up)."""
@@ -548,7 +436,7 @@ class TelecomUserTools(Toolkit):
         app = self.device.app_statuses.get(app_name)
         if app is None:
             return f"App '{app_name}' not found on this phone."
-        granted = _granted(app.permissions)
+        granted = granted_permissions(app.permissions)
         lines = [f"Status for App: {app_name}"]
         if not granted:
             lines.append(" - Permissions: None granted.")
@@ -567,7 +455,7 @@ class TelecomUserTools(Toolkit):
         app = self.device.app_statuses.get(app_name)
         if app is None:
             return f"App '{app_name}' not found on this phone."
-        granted = _granted(app.permissions)
+        granted = granted_permissions(app.permissions)
         if not granted:
             return f"App '{app_name}' currently has no permissions granted."
         return f"App '{app_name}' has permission for: {', '.join(granted)}."
@@ -608,24 +496,9 @@ class TelecomUserTools(Toolkit):
     @tool()
     def can_send_mms(self) -> str:
         """Check whether the messaging app can send MMS (picture) messages."""
-        if self._can_send_mms():
+        if can_send_mms(self.device, self.surroundings):
             return "Your messaging app can send MMS messages."
         return "Your messaging app cannot send MMS messages."
-
-    def _can_send_mms(self) -> bool:
-        device = self.device
-        # MMS travels over mobile data, even with Wi-Fi, and needs at least 3G.
-        if not self._mobile_data_working():
-            return False
-        if device.network_technology_connected == NetworkTechnology.TWO_G:
-            return False
-        # The carrier does not carry MMS over Wi-Fi calling.
-        if device.wifi_calling_enabled and device.wifi_calling_mms_over_wifi:
-            return False
-        if device.active_apn_settings.mmsc_url is None:
-            return False
-        messaging = device.app_statuses.get("messaging")
-        return messaging is not None and messaging.permissions.storage and messaging.permissions.sms
 
     # -- reboot and the network search -----------------------------------------------------
 
@@ -644,34 +517,7 @@ class TelecomUserTools(Toolkit):
     def simulate_network_search(self) -> None:
         """Decide the cellular connection from the SIM, the mode preference and the signal where
         the customer is; airplane mode, a broken APN or an inactive line mean no service."""
-        device, around = self.device, self.surroundings
-        if self._sim_status() == SimStatus.ACTIVE:
-            device.network_connection_status = NetworkStatus.CONNECTED
-            technology = _MODE_TECHNOLOGY.get(device.network_mode_preference)
-            if technology is None:  # 4G/5G preferred: 5G where there is 5G signal
-                five_g = around.signal_strength.get(NetworkTechnology.FIVE_G, SignalStrength.NONE)
-                technology = (
-                    NetworkTechnology.FOUR_G
-                    if five_g == SignalStrength.NONE
-                    else NetworkTechnology.FIVE_G
-                )
-            device.network_technology_connected = technology
-            device.network_signal_strength = around.signal_strength.get(
-                technology, SignalStrength.NONE
-            )
-        else:
-            self._lose_service()
-        if (
-            device.airplane_mode
-            or device.active_apn_settings.apn_name == APNNames.BROKEN
-            or not around.line_active
-        ):
-            self._lose_service()
-
-    def _lose_service(self) -> None:
-        self.device.network_connection_status = NetworkStatus.NO_SERVICE
-        self.device.network_technology_connected = NetworkTechnology.NONE
-        self.device.network_signal_strength = SignalStrength.NONE
+        network_search(self.device, self.surroundings)
 
     # -- payment requests ------------------------------------------------------------------
 
@@ -704,7 +550,7 @@ class TelecomUserTools(Toolkit):
 
     def assert_mobile_data_status(self, expected_status: bool) -> bool:
         """Whether mobile data works (`True`) or not (`False`) as expected."""
-        return self._mobile_data_working() == expected_status
+        return mobile_data_working(self.device, self.surroundings) == expected_status
 
     def assert_mobile_roaming_status(self, expected_status: bool) -> bool:
         """Whether the phone's Data Roaming setting is `expected_status`."""
@@ -718,7 +564,7 @@ class TelecomUserTools(Toolkit):
         self, expected_speed: float, expected_desc: str | None = None
     ) -> bool:
         """Whether the speed test gives at least `expected_speed` Mbps (and `expected_desc`)."""
-        speed, description = self._speed_test()
+        speed, description = speed_test(self.device, self.surroundings)
         reached = (speed or 0.0) >= expected_speed
         if expected_desc is None:
             return reached
@@ -726,16 +572,12 @@ class TelecomUserTools(Toolkit):
 
     def assert_internet_not_excellent(self) -> bool:
         """Whether the speed test gives anything but 'Excellent'."""
-        return self._speed_test()[1].lower() != "excellent"
+        return speed_test(self.device, self.surroundings)[1].lower() != "excellent"
 
     def assert_can_send_mms(self, expected_status: bool) -> bool:
         """Whether the messaging app can send MMS as expected."""
-        return self._can_send_mms() == expected_status
+        return can_send_mms(self.device, self.surroundings) == expected_status
 
     def assert_mobile_data_usage_exceeded(self, expected_status: bool) -> bool:
         """Whether the line's data allowance is used up as expected."""
         return self.surroundings.mobile_data_usage_exceeded == expected_status
-
-
-def _granted(permissions: AppPermissions) -> list[str]:
-    return [name.replace("_", " ").lower() for name, on in permissions.model_dump().items() if on]
