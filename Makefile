@@ -31,7 +31,7 @@ serve: venv
 	$(BIN)/toolsentry serve
 
 demo: venv
-	$(BIN)/python examples/repair_story.py
+	$(BIN)/evalkit replay --domain retail --out runs/demo
 
 test-vllm: venv
 	$(BIN)/pytest -m vllm tests/live

@@ -189,7 +189,14 @@ def replay_command(
     """Replay a domain's tasks through the proxy and show what a flat score hides."""
     from evalkit.progress import ReplayProgress
     from evalkit.replay import execute
-    from evalkit.summary import arm_keys, headline, summarize_replay, tables, write_summary
+    from evalkit.summary import (
+        arm_keys,
+        headline,
+        replay_preamble,
+        summarize_replay,
+        tables,
+        write_summary,
+    )
     from proxy.logs import configure_logging
 
     console = Console()
@@ -234,6 +241,8 @@ def replay_command(
             )
             raise typer.Exit(130) from None
         summaries = summarize_replay(replay)
+    for line in replay_preamble(replay):
+        console.print(line, highlight=False)
     for table in tables(summaries, replay.options.max_errors):
         console.print(table.rich())
     for line in headline(arm_keys(replay), summaries, replay.options.max_errors):

@@ -218,6 +218,7 @@ class Table:
     headers: list[str]
     rows: list[list[str]]
     note: str = ""
+    left: int = 1  # columns of text, aligned left; the rest are numbers
 
     def markdown(self) -> str:
         """The table as a Markdown section."""
@@ -242,7 +243,7 @@ class Table:
             pad_edge=False,
         )
         for i, header in enumerate(self.headers):
-            table.add_column(header, justify="left" if i == 0 else "right", no_wrap=True)
+            table.add_column(header, justify="left" if i < self.left else "right", no_wrap=i == 0)
         for row in self.rows:
             table.add_row(*row)
         return table
@@ -255,8 +256,8 @@ def _pct(value: float) -> str:
 def pass_table(summaries: Sequence[ArmSummary]) -> Table:
     """Pass rate, CI, pass^k, errors per episode and repairs per arm."""
     ks = sorted({k for s in summaries for k in s.pass_hat})
-    headers = ["arm", "episodes", "pass %", "95% CI", *[f"pass^{k}" for k in ks]]
-    headers += ["errors/episode", "max errors", "repairs"]
+    headers = ["arm", "n", "pass %", "95% CI", *[f"pass^{k}" for k in ks]]
+    headers += ["err/ep", "max err", "repairs"]
     rows = []
     for s in summaries:
         low, high = s.ci
@@ -334,7 +335,7 @@ def wrong_names_table(summaries: Sequence[ArmSummary], top: int = 6) -> Table:
     for s in summaries:
         shown = ", ".join(f"{name} ×{count}" for name, count in list(s.wrong_names.items())[:top])
         rows.append([s.arm, shown or "—"])
-    return Table("Unknown tool names that reached the agent", ["arm", "names"], rows)
+    return Table("Unknown tool names that reached the agent", ["arm", "names"], rows, left=2)
 
 
 def headline(
