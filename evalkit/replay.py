@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 import httpx
 from openai import AsyncOpenAI
@@ -559,7 +559,7 @@ class Replay:
             tools = user_tools.openai_tools() if user_tools is not None else None
             user = LLMUser(user_client, options.user_model, task, tools=tools)
         else:
-            user = ScriptedUser(task)
+            user = scripted_user(self.domain, task)
         simulation = await run_episode(
             self.domain,
             task,
@@ -595,6 +595,20 @@ async def execute(replay: Replay, on_episode: EpisodeCallback | None = None) -> 
 
 def _session_of(simulation: SimulationRun) -> str:
     return str((simulation.toolsentry or {}).get("session_id", ""))
+
+
+def scripted_user(domain: Domain, task: Task) -> UserSimulator:
+    """The scripted customer of `task`, operating their device by the domain's rules if it has any.
+
+    Domains with a device (telecom) provide those rules through `evalkit.users.scripted_user`;
+    without that factory every domain gets a plain `ScriptedUser`.
+    """
+    from evalkit import users
+
+    factory = getattr(users, "scripted_user", None)
+    if factory is None:
+        return ScriptedUser(task)
+    return cast(UserSimulator, factory(domain, task))
 
 
 async def fetch_session(

@@ -21,7 +21,6 @@ from evalkit.messages import (
     STOP_TOKEN,
     TRANSFER_TOKEN,
     AssistantMessage,
-    ToolCall,
     ToolMessage,
     UserMessage,
     now_iso,
@@ -105,10 +104,6 @@ class ScriptedUser:
     message); says "yes" when asked to confirm; stops when the agent says goodbye or asks whether
     there is anything else, and sends `###TRANSFER###` when transferred. After
     `max_unanswered` agent messages in a row it cannot answer, it stops.
-
-    Where the task has gold actions of the user (telecom: the customer operates their own
-    device), an agent message that names one of those tools makes the user call it, with the
-    task's arguments, and then tell the agent what the tool answered.
     """
 
     def __init__(self, task: Task, *, max_unanswered: int = 3) -> None:
@@ -121,7 +116,6 @@ class ScriptedUser:
             known = instructions
         self.facts = extract_facts(known, self.reason)
         self.max_unanswered = max_unanswered
-        self.device_actions = [a for a in task.gold_actions if a.requestor == "user"]
 
     async def respond(self, history: Sequence[Any]) -> UserMessage:
         view = user_view(history)
@@ -129,12 +123,7 @@ class ScriptedUser:
         user_turns = [m for m in view if isinstance(m, UserMessage)]
         if not user_turns:
             return self._say(f"Hi! {first_person(self.reason)}")
-        if isinstance(view[-1], ToolMessage):
-            return self._say(f"Done. Here is what I see: {view[-1].content or '(nothing)'}")
         last = (agent_texts[-1].content or "") if agent_texts else ""
-        call = self.device_call(last, user_turns)
-        if call is not None:
-            return UserMessage(tool_calls=[call], timestamp=now_iso())
         reply = self.answer(last)
         if reply is None:
             unanswered = 1
@@ -144,32 +133,6 @@ class ScriptedUser:
                 unanswered += 1
             return self._say(STOP_TOKEN if unanswered >= self.max_unanswered else UNANSWERED)
         return self._say(reply)
-
-    def device_call(self, agent_text: str, own: Sequence[UserMessage]) -> ToolCall | None:
-        """The call of a gold user action that `agent_text` names and the user has not yet made.
-
-        The k-th gold action of a tool is pending while the user has called that tool fewer
-        than k times. Returns None when the text names no pending action.
-        """
-        made: dict[str, int] = {}
-        for message in own:
-            for call in message.tool_calls or []:
-                made[call.name] = made.get(call.name, 0) + 1
-        seen: dict[str, int] = {}
-        text = agent_text.lower()
-        for action in self.device_actions:
-            seen[action.name] = seen.get(action.name, 0) + 1
-            if seen[action.name] <= made.get(action.name, 0):
-                continue
-            if action.name.lower() in text or action.name.replace("_", " ").lower() in text:
-                calls = sum(made.values())
-                return ToolCall(
-                    id=f"user_call_{calls}",
-                    name=action.name,
-                    arguments=dict(action.arguments),
-                    requestor="user",
-                )
-        return None
 
     def answer(self, agent_text: str) -> str | None:
         """The reply to one agent message, or None when the script has nothing to say."""

@@ -97,6 +97,14 @@ def call_text(action: Action) -> str:
     return f"`{action.name}` ({values})"
 
 
+def device_call_text(action: Action) -> str:
+    """How the model asks a customer to use a tool of their own device: `name({json})`.
+
+    The scripted telecom customer does exactly the calls an agent message names this way.
+    """
+    return f"`{action.name}({json.dumps(action.arguments) if action.arguments else ''})`"
+
+
 def _plain(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -173,7 +181,7 @@ class SimulatedModel:
         for position, action in enumerate(gold):
             signature = _signature(action.name, action.arguments)
             if action.requestor == "user":
-                text = f"{ASK_USER_PREFIX} {call_text(action)}"
+                text = f"{ASK_USER_PREFIX} {device_call_text(action)}"
                 asked[signature] += 1
                 if conversation.answered_asks(text) >= asked[signature]:
                     continue
@@ -221,7 +229,7 @@ class SimulatedModel:
         if step.kind == "confirm":
             return SimReply(f"{CONFIRM_PREFIX} {call_text(action)}. Shall I proceed? (yes/no)")
         if step.kind == "ask_user":
-            return SimReply(f"{ASK_USER_PREFIX} {call_text(action)}.")
+            return SimReply(f"{ASK_USER_PREFIX} {device_call_text(action)}.")
         channel = _draw_channel(rng.random(), profile) if err else None
         detail = rng.random()
         call_id = _call_id(rng)

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from evalkit.agent import system_prompt, to_openai_messages
 from evalkit.domains.base import Domain
-from evalkit.messages import AssistantMessage, now_iso
+from evalkit.messages import (
+    AssistantMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+    now_iso,
+    user_view,
+)
 from evalkit.sim.model import EpisodeKey, SimulatedModel
 from evalkit.sim.profiles import BF16, DamageProfile
 from proxy.testing import tool_call
@@ -66,3 +75,36 @@ def assistant_call(name: str, arguments: dict[str, Any] | str, call_id: str) -> 
 def tool_answer(call_id: str, content: str) -> dict[str, Any]:
     """A tool message answering `call_id`."""
     return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+class NamedCallUser:
+    """A customer who does on their device exactly the calls an agent message names as
+    `tool({json})` — the rule telecom's scripted customer follows first — and reports back."""
+
+    def __init__(self, tool_names: Sequence[str]) -> None:
+        names = "|".join(sorted(tool_names, key=len, reverse=True))
+        self.pattern = re.compile(rf"\b({names})\((\{{.*?\}})?\)")
+
+    async def respond(self, history: Sequence[Any]) -> UserMessage:
+        view = user_view(history)
+        if not any(isinstance(m, UserMessage) for m in view):
+            return UserMessage(content="Hi! My phone has no signal.")
+        if isinstance(view[-1], ToolMessage):
+            return UserMessage(content=f"Done. My phone shows: {view[-1].content}")
+        agent = [m for m in view if isinstance(m, AssistantMessage)]
+        text = agent[-1].content or "" if agent else ""
+        made = sum(len(m.tool_calls or []) for m in view if isinstance(m, UserMessage))
+        calls = [
+            ToolCall(
+                id=f"user_{made + i}",
+                name=m.group(1),
+                arguments=json.loads(m.group(2) or "{}"),
+                requestor="user",
+            )
+            for i, m in enumerate(self.pattern.finditer(text))
+        ]
+        if calls:
+            return UserMessage(tool_calls=calls)
+        if "anything else" in text:
+            return UserMessage(content="No, thanks. ###STOP###")
+        return UserMessage(content="Yes, please go ahead.")

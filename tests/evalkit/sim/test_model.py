@@ -28,6 +28,7 @@ from proxy.guard.toolcheck import compile_tools, validate
 from tests.evalkit.domains.test_conformance import PHONE_TASK, PhoneDomain
 from tests.evalkit.sim.builders import (
     InProcessSimAgent,
+    NamedCallUser,
     assistant_call,
     make_profile,
     tool_answer,
@@ -218,18 +219,21 @@ def test_gold_actions_done_in_the_history_are_not_called_again(
     assert [(c["function"]["name"]) for c in reply.tool_calls] == [second.name]
 
 
-async def test_user_actions_are_asked_for_and_the_scripted_user_performs_them() -> None:
+async def test_user_actions_are_asked_for_by_name_and_count_as_done_once_answered() -> None:
     domain = PhoneDomain(parse_tasks([PHONE_TASK]))
     task = domain.tasks[0]
     agent = InProcessSimAgent(domain, make_profile(), EpisodeKey(task.id))
-    sim = await run_episode(domain, task, agent, ScriptedUser(task), max_errors=5)
+    _, device = domain.toolkit_classes()
+    assert device is not None
+    user = NamedCallUser(device.tool_names())
+    sim = await run_episode(domain, task, agent, user, max_errors=5)
     asks = [
         m
         for m in sim.messages
         if isinstance(m, AssistantMessage) and ASK_USER_PREFIX in (m.content or "")
     ]
     assert len(asks) == 1
-    assert "toggle_airplane_mode" in (asks[0].content or "")
+    assert '`toggle_airplane_mode({"on": false})`' in (asks[0].content or "")
     user_calls = [c for m in sim.messages if isinstance(m, UserMessage) for c in m.tool_calls or []]
     assert [(c.name, c.arguments) for c in user_calls] == [("toggle_airplane_mode", {"on": False})]
     answers = [m for m in sim.messages if isinstance(m, ToolMessage) and m.requestor == "user"]
