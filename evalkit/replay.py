@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import json
 import time
 import uuid
@@ -25,6 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, cast
+from urllib.parse import quote
 
 import httpx
 from openai import AsyncOpenAI
@@ -538,7 +540,7 @@ class Replay:
         """Play and score one episode of `arm`; never raises for what the endpoints do."""
         options = self.options
         agent_tools, user_tools = self.domain.toolkit_classes()
-        session = f"{self.run_id}-{arm.name}-{task.id}-{trial}"
+        session = session_id(self.run_id, arm, task.id, trial)
         agent = LLMAgent(
             client,
             arm.model,
@@ -597,6 +599,18 @@ def _session_of(simulation: SimulationRun) -> str:
     return str((simulation.toolsentry or {}).get("session_id", ""))
 
 
+def session_id(run_id: str, arm: Arm, task_id: str, trial: int) -> str:
+    """The proxy session of one episode: `<run id>-<arm>-<task>-<trial>`.
+
+    A task id that is long, not printable ASCII, or has a `/` (which no URL path segment can
+    carry) is replaced by a hash of it, so the id stays valid for the proxy and its session API.
+    """
+    task = task_id
+    if len(task) > 64 or "/" in task or not (task.isascii() and task.isprintable()):
+        task = "task-" + hashlib.sha256(task_id.encode()).hexdigest()[:12]
+    return f"{run_id}-{arm.name}-{task}-{trial}"
+
+
 def scripted_user(domain: Domain, task: Task) -> UserSimulator:
     """The scripted customer of `task`, operating their device by the domain's rules if it has any.
 
@@ -618,7 +632,7 @@ async def fetch_session(
 
     A server without the session API, or one that wants an admin key, gives none.
     """
-    url = f"{base_url.rstrip('/')}/sessions/{session}"
+    url = f"{base_url.rstrip('/')}/sessions/{quote(session, safe='')}"
     try:
         response = await http.get(url)
         data = response.json() if response.status_code == 200 else None

@@ -148,7 +148,14 @@ def proxy_accounting(simulation: SimulationRun) -> tuple[dict[str, int], int, in
         channels = {str(k): int(v) for k, v in record["channels"].items()}
         return channels, int(record.get("requests") or 0), int(record.get("repairs") or 0)
     channels = {str(k): int(v) for k, v in (block.get("channels") or {}).items()}
-    return channels, len(block.get("turns") or []), int(block.get("repairs") or 0)
+    turns = block.get("turns") or []
+    # x-toolsentry-repairs counts the repairs of its own response.
+    repairs = sum(_count(t.get("headers", {}).get("x-toolsentry-repairs")) for t in turns)
+    return channels, len(turns), repairs
+
+
+def _count(value: object) -> int:
+    return int(value) if isinstance(value, str) and value.isdigit() else 0
 
 
 def trajectory_channels(

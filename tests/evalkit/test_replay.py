@@ -415,3 +415,44 @@ def test_telecom_runs_through_the_proxy_with_user_actions(tmp_path: Path) -> Non
     ]
     assert user_calls
     assert all(s.termination_reason in ("user_stop", "agent_stop") for s in simulations)
+
+
+async def test_a_session_with_any_characters_in_its_id_is_fetched_from_the_proxy() -> None:
+    import httpx as http
+
+    from evalkit.agent import episode_headers, episode_metadata
+    from evalkit.replay import embedded_upstream, fetch_session
+
+    domain = get_domain("retail")
+    replay = Replay.start(ReplayOptions(tasks="0", profiles=("int4",)), Path("unused"))
+    session = "[mobile_data]roaming|abroad+1 #2"
+    with embedded_upstream(domain, replay.options, replay.profiles) as base_url:
+        async with http.AsyncClient() as client:
+            response = await client.post(
+                f"{base_url}/chat/completions",
+                json={
+                    "model": "sim-int4",
+                    "messages": [{"role": "user", "content": "Hi"}],
+                    "metadata": episode_metadata("0", 0, 0),
+                },
+                headers=episode_headers(session, "0"),
+            )
+            assert response.status_code == 200
+            record = await fetch_session(client, base_url, session)
+            assert await fetch_session(client, base_url, "nobody") is None
+    assert record is not None
+    assert record["session"] == session
+    assert record["requests"] == 1
+
+
+def test_session_ids_stay_valid_for_any_task_id() -> None:
+    from evalkit.replay import session_id
+
+    arm = Arm("int4+repair", "sim-int4", "int4", "reask")
+    assert session_id("r1", arm, "7", 2) == "r1-int4+repair-7-2"
+    long_id = "[mobile_data_issue]" + "|".join(["airplane_mode_on"] * 10) + "[PERSONA:Easy]"
+    for task in (long_id, "a/b", "tâche"):
+        made = session_id("r1", arm, task, 0)
+        assert made.startswith("r1-int4+repair-task-")
+        assert len(made) < 64
+        assert made != session_id("r1", arm, task + "x", 0)

@@ -80,15 +80,15 @@ def test_proxy_accounting_prefers_the_session_record_then_the_headers() -> None:
         toolsentry={"proxy_session": record, "channels": {"unknown_tool": 1}}
     )
     assert proxy_accounting(with_record) == ({"unknown_tool": 3, "tool_error": 1}, 7, 2)
+    turns = [
+        {"turn_idx": 2, "headers": {"x-toolsentry-repairs": "1"}},
+        {"turn_idx": 4, "headers": {"x-toolsentry-repairs": "0"}},
+        {"turn_idx": 6, "headers": {"x-toolsentry-repairs": "2"}},
+    ]
     headers_only = make_simulation(
-        toolsentry={
-            "proxy_session": None,
-            "channels": {"unknown_tool": 1},
-            "turns": [{}, {}],
-            "repairs": 1,
-        }
+        toolsentry={"proxy_session": None, "channels": {"unknown_tool": 3}, "turns": turns}
     )
-    assert proxy_accounting(headers_only) == ({"unknown_tool": 1}, 2, 1)
+    assert proxy_accounting(headers_only) == ({"unknown_tool": 3}, 3, 3)
 
 
 def test_a_summary_has_pass_rates_pass_hat_k_and_the_budget_curve(
