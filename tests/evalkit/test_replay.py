@@ -37,6 +37,7 @@ from evalkit.replay import (
 from evalkit.scoring import RewardInfo
 from evalkit.summary import summarize_replay
 from proxy.testing import free_port
+from tests.evalkit.conftest import Reply, ScriptedChatServer, completion
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -485,3 +486,28 @@ def test_session_ids_stay_valid_for_any_task_id() -> None:
         assert made.startswith("r1-int4+repair-task-")
         assert len(made) < 64
         assert made != session_id("r1", arm, task + "x", 0)
+
+
+async def test_an_llm_user_on_its_own_endpoint_plays_the_customer(
+    chat_server: ScriptedChatServer, tmp_path: Path
+) -> None:
+    chat_server.replies.append(Reply(completion("Hi, I want to cancel order #W4034171.")))
+    options = ReplayOptions(
+        tasks="0",
+        profiles=("bf16",),
+        repairs=("reask",),
+        user="llm",
+        user_base_url=chat_server.base_url,
+        user_model="user-model",
+    )
+    replay = Replay.start(options, tmp_path)
+    await execute(replay)
+    (simulation,) = replay.results(replay.arms[0]).simulations
+    assert simulation.termination_reason == "agent_stop"
+    assert simulation.reward_info is not None
+    assert simulation.reward_info.reward == 1.0
+    assert all(r["body"]["model"] == "user-model" for r in chat_server.requests)
+    first = chat_server.requests[0]["body"]["messages"]
+    assert first[0]["role"] == "system"
+    assert "cancel your order #W4034171" in first[0]["content"]
+    assert read_results(tmp_path / "results.json").info["user_info"]["llm"] == "user-model"
