@@ -31,7 +31,7 @@ serve: venv
 	$(BIN)/toolsentry serve
 
 demo: venv
-	$(BIN)/python examples/repair_story.py
+	$(BIN)/evalkit replay --domain retail --out runs/demo
 
 # Proxy overhead against direct access, bare pass-throughs and LiteLLM (needs wrk), then the
 # validator comparison; both write bench/RESULTS.md.

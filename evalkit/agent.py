@@ -28,6 +28,8 @@ from evalkit.tasks import Action, Task
 
 SESSION_HEADER = "x-session-id"
 TASK_HEADER = "x-evalkit-task"
+TRIAL_HEADER = "x-evalkit-trial"
+SEED_HEADER = "x-evalkit-seed"
 PROXY_HEADER_PREFIX = "x-toolsentry-"
 
 AGENT_INSTRUCTIONS = """\
@@ -66,14 +68,32 @@ def make_client(
     )
 
 
-def episode_headers(session_id: str | None, task_id: str | None) -> dict[str, str]:
+def episode_headers(
+    session_id: str | None,
+    task_id: str | None,
+    trial: int | None = None,
+    seed: int | None = None,
+) -> dict[str, str]:
     """The headers that tie a request to its episode."""
     headers = {}
     if session_id is not None:
         headers[SESSION_HEADER] = session_id
     if task_id is not None:
         headers[TASK_HEADER] = task_id
+    if trial is not None:
+        headers[TRIAL_HEADER] = str(trial)
+    if seed is not None:
+        headers[SEED_HEADER] = str(seed)
     return headers
+
+
+def episode_metadata(task_id: str, trial: int, seed: int) -> dict[str, str]:
+    """The episode's task, trial and seed as a body `metadata` object.
+
+    A proxy forwards the body but need not forward a client's headers; a simulated upstream
+    behind one reads the episode from here (`extra_body={"metadata": ...}` in `llm_args`).
+    """
+    return {"evalkit_task": task_id, "evalkit_trial": str(trial), "evalkit_seed": str(seed)}
 
 
 def to_openai_messages(system: str | None, history: Sequence[Any]) -> list[dict[str, Any]]:
@@ -137,7 +157,8 @@ def endpoint_error(exc: openai.OpenAIError, what: str) -> EndpointError:
 class LLMAgent:
     """An agent backed by an OpenAI-compatible chat endpoint.
 
-    One instance per episode: `session_id` and `task_id` go into every request's headers.
+    One instance per episode: `session_id`, `task_id`, `trial` and `seed` go into every
+    request's headers.
     """
 
     def __init__(
@@ -150,8 +171,10 @@ class LLMAgent:
         session_id: str | None = None,
         task_id: str | None = None,
         llm_args: Mapping[str, Any] | None = None,
+        trial: int | None = None,
+        seed: int | None = None,
     ) -> None:
-        headers = episode_headers(session_id, task_id)
+        headers = episode_headers(session_id, task_id, trial, seed)
         self._client = client.with_options(default_headers=headers) if headers else client
         self.model = model
         self.system = system_prompt(policy)

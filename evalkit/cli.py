@@ -6,7 +6,10 @@ Every command reports an `EvalkitError` as one line on stderr and exits with the
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import datetime
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +27,7 @@ from evalkit.analysis.stats import DEFAULT_RESAMPLES
 from evalkit.domains import get_domain
 from evalkit.errors import EvalkitError, UsageError
 from evalkit.formats import read_results
+from evalkit.replay import DEFAULT_PROFILES, DEFAULT_REPAIRS, Replay, ReplayOptions, UserKind
 from evalkit.report import (
     budget_rows,
     channel_rows,
@@ -39,6 +43,13 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+sim_app = typer.Typer(
+    help="The simulated quantized upstream: an OpenAI-compatible server with damage profiles.",
+    no_args_is_help=True,
+)
+app.add_typer(sim_app, name="sim")
 
 
 @app.callback()
@@ -409,6 +420,175 @@ def _print_comparisons(comparisons: list[CellComparison]) -> None:
         console.print(_table(f"{c.name}: budget curves", *budget_rows((c.a, c.b), c)))
     for c in comparisons:
         console.print(f"[bold]{c.name}[/]: {c.verdict()}", highlight=False, soft_wrap=True)
+
+
+def _split(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+@app.command("replay")
+def replay_command(
+    domain: Annotated[str, typer.Option(help="Domain: retail or telecom.")] = "retail",
+    base_url: Annotated[
+        str | None,
+        typer.Option(
+            "--base-url",
+            help="A running proxy or OpenAI-compatible server; without it, the simulated "
+            "upstream and the proxy start in-process.",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="The model to ask for (with --base-url).")
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="Damage profiles of the simulated upstream, comma-separated: bf16, fp8, int4 or "
+            f"a YAML file [default: {','.join(DEFAULT_PROFILES)}].",
+        ),
+    ] = None,
+    int4_multiplier: Annotated[
+        float, typer.Option(help="int4's channel error rates as a multiple of bf16's.")
+    ] = 2.5,
+    user: Annotated[str, typer.Option(help="scripted (no model) or llm.")] = "scripted",
+    user_base_url: Annotated[
+        str | None, typer.Option("--user-base-url", help="The user model's endpoint (--user llm).")
+    ] = None,
+    user_model: Annotated[
+        str | None, typer.Option("--user-model", help="The user model (--user llm).")
+    ] = None,
+    trials: Annotated[int, typer.Option(help="Trials per task.")] = 1,
+    max_errors: Annotated[
+        int, typer.Option("--max-errors", help="Error budget per episode (τ²-bench: 10).")
+    ] = 10,
+    max_steps: Annotated[int, typer.Option("--max-steps", help="Steps per episode.")] = 200,
+    repair: Annotated[
+        str | None,
+        typer.Option(
+            help="The proxy's repair, comma-separated for one arm each: off, reask [default: "
+            f"{','.join(DEFAULT_REPAIRS)} embedded; the proxy's own setting with --base-url].",
+        ),
+    ] = None,
+    tasks: Annotated[
+        str | None, typer.Option(help="Task ids, comma-separated, or a split name [default: all].")
+    ] = None,
+    concurrency: Annotated[int, typer.Option(help="Episodes at a time.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated upstream.")] = 0,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir", help="Domain directory (τ²-bench's own works); default: shipped."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Output directory [default: runs/<domain>-<date>-<time>]."),
+    ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(help="Finish the run in this directory (its options are reused)."),
+    ] = None,
+) -> None:
+    """Replay a domain's tasks through the proxy and show what a flat score hides."""
+    from evalkit.progress import ReplayProgress
+    from evalkit.replay import execute
+    from evalkit.summary import (
+        arm_keys,
+        headline,
+        replay_preamble,
+        summarize_replay,
+        tables,
+        write_summary,
+    )
+    from proxy.logs import configure_logging
+
+    console = Console()
+    with exit_on_error():
+        if resume is not None:
+            replay = Replay.resume(resume)
+        else:
+            if user not in ("scripted", "llm"):
+                raise UsageError(f"--user must be scripted or llm, got {user!r}")
+            kind: UserKind = "scripted" if user == "scripted" else "llm"
+            options = ReplayOptions(
+                domain=domain,
+                base_url=base_url,
+                model=model,
+                profiles=_split(profile) or DEFAULT_PROFILES,
+                int4_multiplier=int4_multiplier,
+                user=kind,
+                user_base_url=user_base_url,
+                user_model=user_model,
+                trials=trials,
+                max_errors=max_errors,
+                max_steps=max_steps,
+                repairs=_split(repair) or (DEFAULT_REPAIRS if base_url is None else ()),
+                tasks=tasks,
+                concurrency=concurrency,
+                seed=seed,
+                data_dir=None if data_dir is None else str(data_dir),
+            )
+            stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+            replay = Replay.start(options, out or Path("runs") / f"{domain}-{stamp}")
+        if replay.options.embedded:
+            # The in-process proxy logs every request; the progress bars are the log here.
+            configure_logging("error", stream=io.StringIO())
+        try:
+            with ReplayProgress(replay, console) as progress:
+                asyncio.run(execute(replay, progress.on_episode))
+        except KeyboardInterrupt:
+            kept = sum(len(r.simulations) for r in replay.runs.values())
+            console.print(
+                f"interrupted: {kept} finished episodes kept in {replay.out}; "
+                f"finish with: evalkit replay --resume {replay.out}"
+            )
+            raise typer.Exit(130) from None
+        summaries = summarize_replay(replay)
+    for line in replay_preamble(replay):
+        console.print(line, highlight=False)
+    for table in tables(summaries, replay.options.max_errors):
+        console.print(table.rich())
+    for line in headline(arm_keys(replay), summaries, replay.options.max_errors):
+        console.print(f"• {line}", highlight=False)
+    path = write_summary(replay, summaries)
+    console.print(f"results and summary in {replay.out} ({path.name})")
+
+
+@sim_app.command("serve")
+def sim_serve(
+    domain: Annotated[str, typer.Option(help="Domain whose tasks the model plays.")] = "retail",
+    profile: Annotated[
+        str, typer.Option(help="Default damage profile: bf16, fp8, int4 or a YAML file.")
+    ] = "int4",
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8001,
+    seed: Annotated[int, typer.Option(help="Seed of requests that carry none.")] = 0,
+    int4_multiplier: Annotated[
+        float, typer.Option(help="int4's channel error rates as a multiple of bf16's.")
+    ] = 2.5,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="Domain directory; default: shipped.")
+    ] = None,
+) -> None:
+    """Serve the simulated upstream: every built-in profile as model sim-<profile>."""
+    import uvicorn
+
+    from evalkit.sim import builtin_profiles, create_sim_app, load_profile
+
+    with exit_on_error():
+        loaded = get_domain(domain, data_dir)
+        profiles = builtin_profiles(int4_multiplier)
+        default = load_profile(profile, int4_multiplier=int4_multiplier)
+        profiles[default.name] = default
+        application = create_sim_app(loaded, profiles, default_profile=default.name, seed=seed)
+    Console(stderr=True).print(
+        f"evalkit sim ({domain}, default profile {default.name}) on http://{host}:{port}/v1 — "
+        "simulated answers, not a real model",
+        highlight=False,
+    )
+    uvicorn.run(application, host=host, port=port, log_level="warning", access_log=False)
 
 
 def main() -> None:

@@ -109,7 +109,7 @@ def toolsentry_block(messages: list[Any]) -> dict[str, Any]:
         channels.update(c.strip() for c in violations.split(",") if c.strip())
     block: dict[str, Any] = {"turns": turns, "channels": dict(channels)}
     for key in ("repairs", "errors", "max_errors"):
-        value = last.get(f"{PROXY_PREFIX}{key}")
+        value = last.get(f"{PROXY_PREFIX}{key.replace('_', '-')}")
         block[key] = int(value) if value is not None and value.isdigit() else None
     block["session"] = last.get(f"{PROXY_PREFIX}session")
     block["tool_errors"] = sum(1 for m in messages if isinstance(m, ToolMessage) and m.error)

@@ -91,6 +91,7 @@ def test_toolsentry_block_sums_channels_and_keeps_last_counters() -> None:
     assert block["channels"] == {"unknown_tool": 2, "schema_violation": 1}
     assert block["errors"] == 2
     assert block["repairs"] == 0
+    assert block["max_errors"] == 10
     assert block["session"] == "s1"
     assert [t["turn_idx"] for t in block["turns"]] == [1, 3]
     assert block["tool_errors"] == 1
