@@ -73,8 +73,12 @@ def create_app(
     store: SessionStore | None = None,
     upstreams: list[Upstream] | None = None,
     environ: Mapping[str, str] | None = None,
+    metrics_dir: str | None = None,
 ) -> FastAPI:
     """Build the proxy app from settings. `store` and `upstreams` may be injected (tests, benchmarks).
+
+    `metrics_dir` is the directory the workers of a multi-process server share their metrics in
+    (see `proxy.metrics.Metrics`); None keeps them in this process.
 
     Raises ConfigError when no upstream is configured or the store URL is invalid.
     """
@@ -97,7 +101,7 @@ def create_app(
         configs = [UpstreamConfig(name=u.name, base_url="http://injected") for u in upstreams]
     router = Router(upstreams, configs)
     session_store = store or open_store(settings.store, ttl_seconds=settings.session_ttl_seconds)
-    metrics = Metrics()
+    metrics = Metrics(multiprocess_dir=metrics_dir)
     unknown = UnknownToolStats()
     service = ChatService(settings, router, session_store, metrics, unknown)
     log = get_logger()
