@@ -24,6 +24,7 @@ from proxy.errors import (
     UpstreamError,
     UpstreamProtocolError,
     UpstreamStatusError,
+    status_of,
 )
 from proxy.guard.channels import Channel, Violation
 from proxy.guard.repair import (
@@ -314,7 +315,7 @@ class ChatService:
             now=time.time(),
         )
         self.metrics.violations.labels(turn.model, Channel.UPSTREAM_ERROR.value).inc()
-        self.metrics.requests.labels(turn.model, str(exc.status_code)).inc()
+        self.metrics.requests.labels(turn.model, str(status_of(exc))).inc()
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -2,18 +2,22 @@
 
 `ScriptedUpstream` is a real HTTP server (Starlette under uvicorn on 127.0.0.1) that answers chat
 completions from a script and records what it was asked, so tests exercise the proxy's real
-network path. Builders (`completion`, `tool_call`) keep test data short.
+network path. A script can misbehave on cue: an error status or a body that is not a completion
+(`Fault`), a hang (`Fault.delay`), a connection reset before any response byte (`Reset`), or a
+stream that stalls or breaks off (`SSE`). Builders (`completion`, `tool_call`) keep test data short.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +82,13 @@ class Fault:
 
 
 @dataclass
+class Reset:
+    """Break the connection with a TCP reset, after `delay` seconds, before any response byte."""
+
+    delay: float = 0.0
+
+
+@dataclass
 class SSE:
     """Answer with a server-sent-event stream of these events (dicts become `data:` JSON lines).
 
@@ -92,7 +103,7 @@ class SSE:
     done: bool = True
 
 
-Reply = dict[str, Any] | Fault | SSE
+Reply = dict[str, Any] | Fault | Reset | SSE
 Handler = Callable[[dict[str, Any]], Reply]
 
 
@@ -112,7 +123,10 @@ class ScriptedUpstream:
         self._queue: deque[Reply] = deque(self.replies)
         self._last: Reply | None = None
         self.first_chunk_sent = threading.Event()
-        self.app = Starlette(
+        self.app = _KeepServerReceive(self._routes())
+
+    def _routes(self) -> Starlette:
+        return Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
@@ -143,6 +157,11 @@ class ScriptedUpstream:
                 await asyncio.sleep(reply.delay)
             content = reply.body if isinstance(reply.body, bytes) else orjson.dumps(reply.body)
             return Response(content, status_code=reply.status, media_type="application/json")
+        if isinstance(reply, Reset):
+            if reply.delay:
+                await asyncio.sleep(reply.delay)
+            await _reset_connection()
+            return Response(b"")  # never sent: the connection is gone
         if isinstance(reply, SSE):
             return StreamingResponse(self._stream(reply), media_type="text/event-stream")
         return Response(orjson.dumps(reply), media_type="application/json")
@@ -175,6 +194,38 @@ class ScriptedUpstream:
             ),
             media_type="application/json",
         )
+
+
+_SERVER_RECEIVE: ContextVar[Any] = ContextVar("scripted_upstream_receive")
+
+
+class _KeepServerReceive:
+    """ASGI middleware that keeps the server's own `receive`: its owner, uvicorn's request cycle,
+    holds the connection a `Reset` breaks."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        token = _SERVER_RECEIVE.set(receive)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _SERVER_RECEIVE.reset(token)
+
+
+async def _reset_connection() -> None:
+    # uvicorn's `receive` is a method of the request cycle that owns the connection's transport;
+    # SO_LINGER 0 turns the close into a reset, so the client sees ECONNRESET, not a clean EOF.
+    cycle = getattr(_SERVER_RECEIVE.get(None), "__self__", None)
+    transport = getattr(cycle, "transport", None)
+    if transport is None:
+        raise RuntimeError("Reset needs the upstream to run under uvicorn (LoopbackServer)")
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+    await asyncio.sleep(0)  # let the server see the connection lost before the handler returns
 
 
 def free_port() -> int:
