@@ -148,8 +148,13 @@ def create_app(
     def require_admin(request: Request) -> None:
         if admin_key is None and not client_keys:
             return
-        given = bearer(request) or request.headers.get("x-admin-key", "").encode() or None
-        if admin_key is None or given is None or not hmac.compare_digest(given, admin_key):
+        # Either header may carry it: a client that sends its own key as the bearer token can
+        # still present the admin key in x-admin-key. Both are compared, always.
+        candidates = (bearer(request) or b"", request.headers.get("x-admin-key", "").encode())
+        ok = False
+        for given in candidates:
+            ok |= admin_key is not None and bool(given) and hmac.compare_digest(given, admin_key)
+        if not ok:
             raise AuthenticationError("this endpoint needs the admin key", code="invalid_admin_key")
 
     async def read_json(request: Request) -> dict[str, Any]:

@@ -110,7 +110,9 @@ class ChatService:
         self.metrics = metrics
         self.unknown_tools = unknown_tools
         self._limits = GuardLimits(
-            max_tools=settings.max_tools, max_schema_bytes=settings.max_schema_bytes
+            max_tools=settings.max_tools,
+            max_schema_bytes=settings.max_schema_bytes,
+            max_schema_depth=settings.max_schema_depth,
         )
         self._tool_error_prefix = settings.tool_error_prefix
         self._model_labels: set[str] = set()

@@ -111,19 +111,23 @@ Handler = Callable[[dict[str, Any]], Reply]
 class ScriptedUpstream:
     """An OpenAI-compatible chat server that answers from `replies` (in order) or a `handler`.
 
-    When the script runs out, the last reply repeats. Every request body is kept in `requests`.
+    When the script runs out, the last reply repeats. Every chat request's body is kept in
+    `requests` and its headers (lower-case names) in `request_headers`; the path of every HTTP
+    request, whatever its route, in `paths`.
     """
 
     replies: Iterable[Reply] = ()
     handler: Handler | None = None
     models: tuple[str, ...] = ("scripted-model",)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    request_headers: list[dict[str, str]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._queue: deque[Reply] = deque(self.replies)
         self._last: Reply | None = None
         self.first_chunk_sent = threading.Event()
-        self.app = _KeepServerReceive(self._routes())
+        self.app = _KeepServerReceive(self._routes(), self.paths)
 
     def _routes(self) -> Starlette:
         return Starlette(
@@ -151,6 +155,7 @@ class ScriptedUpstream:
     async def _chat(self, request: Request) -> Response:
         body = orjson.loads(await request.body())
         self.requests.append(body)
+        self.request_headers.append(dict(request.headers))
         reply = self._next(body)
         if isinstance(reply, Fault):
             if reply.delay:
@@ -200,13 +205,16 @@ _SERVER_RECEIVE: ContextVar[Any] = ContextVar("scripted_upstream_receive")
 
 
 class _KeepServerReceive:
-    """ASGI middleware that keeps the server's own `receive`: its owner, uvicorn's request cycle,
-    holds the connection a `Reset` breaks."""
+    """ASGI middleware that notes every path and keeps the server's own `receive`: its owner,
+    uvicorn's request cycle, holds the connection a `Reset` breaks."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, paths: list[str]) -> None:
         self.app = app
+        self.paths = paths
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            self.paths.append(scope["path"])
         token = _SERVER_RECEIVE.set(receive)
         try:
             await self.app(scope, receive, send)
