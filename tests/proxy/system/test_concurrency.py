@@ -24,6 +24,8 @@ from proxy.testing import completion, tool_call
 from tests.proxy.conftest import RunningUpstream
 from tests.proxy.system.support import Outcome, ProxyProcess, fire, metric
 
+pytestmark = pytest.mark.slow
+
 REQUESTS = 200
 CONCURRENCY = 20
 BUDGET = 50

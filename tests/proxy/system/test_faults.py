@@ -200,6 +200,7 @@ async def settle(measure: Callable[[], int], target: int | None = None) -> int:
     return measure()
 
 
+@pytest.mark.slow
 async def test_descriptors_and_tasks_return_to_their_level_after_a_thousand_faults() -> None:
     script = ScriptedUpstream(handler=by_kind)
     with LoopbackServer(script.app) as upstream:
@@ -263,6 +264,7 @@ async def test_descriptors_and_tasks_return_to_their_level_after_a_thousand_faul
 # -- a crash loses no answered request -----------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_proxy_killed_mid_load_and_restarted_on_sqlite_lost_no_answered_increment(
     upstream: RunningUpstream, tmp_path: Path
 ) -> None:
