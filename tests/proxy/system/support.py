@@ -80,7 +80,10 @@ class ProxyProcess:
         children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
         files: set[str] = set()
         for pid in children.read_text().split():
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:  # gone since the listing
+                continue
             for entry in environ:
                 if entry.startswith(b"PROMETHEUS_MULTIPROC_DIR="):
                     files.update(os.listdir(entry.split(b"=", 1)[1].decode()))
