@@ -109,8 +109,12 @@ def create_app(
     store: SessionStore | None = None,
     upstreams: list[Upstream] | None = None,
     environ: Mapping[str, str] | None = None,
+    metrics_dir: str | None = None,
 ) -> FastAPI:
     """Build the proxy app from settings. `store` and `upstreams` may be injected (tests, benchmarks).
+
+    `metrics_dir` is the directory the workers of a multi-process server share their metrics in
+    (see `proxy.metrics.Metrics`); None keeps them in this process.
 
     Raises ConfigError when no upstream is configured or the store URL is invalid.
     """
@@ -133,7 +137,7 @@ def create_app(
         configs = [UpstreamConfig(name=u.name, base_url="http://injected") for u in upstreams]
     router = Router(upstreams, configs)
     session_store = store or open_store(settings.store, ttl_seconds=settings.session_ttl_seconds)
-    metrics = Metrics()
+    metrics = Metrics(multiprocess_dir=metrics_dir)
     unknown = UnknownToolStats()
     service = ChatService(settings, router, session_store, metrics, unknown)
     log = get_logger()
@@ -184,8 +188,13 @@ def create_app(
     def require_admin(request: Request) -> None:
         if admin_key is None and not client_keys:
             return
-        given = bearer(request) or request.headers.get("x-admin-key", "").encode() or None
-        if admin_key is None or given is None or not hmac.compare_digest(given, admin_key):
+        # Either header may carry it: a client that sends its own key as the bearer token can
+        # still present the admin key in x-admin-key. Both are compared, always.
+        candidates = (bearer(request) or b"", request.headers.get("x-admin-key", "").encode())
+        ok = False
+        for given in candidates:
+            ok |= admin_key is not None and bool(given) and hmac.compare_digest(given, admin_key)
+        if not ok:
             raise AuthenticationError("this endpoint needs the admin key", code="invalid_admin_key")
 
     async def read_json(request: Request) -> dict[str, Any]:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -38,6 +40,8 @@ _err = Console(stderr=True)
 
 # The environment variable uvicorn's worker processes read their resolved settings from.
 RESOLVED_SETTINGS_ENV = "TOOLSENTRY_RESOLVED_SETTINGS"
+# Where prometheus_client's multiprocess mode keeps every worker's values; the library reads it.
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def _upstreams_from_urls(urls: list[str]) -> list[dict[str, Any]]:
@@ -163,9 +167,19 @@ def serve(
     }
     if settings.workers > 1:
         os.environ[RESOLVED_SETTINGS_ENV] = settings.to_json_with_secrets()
-        uvicorn.run(
-            "proxy.cli:app_from_environment", factory=True, workers=settings.workers, **options
+        # A fresh directory per run: values left by an earlier run would be added to this one's.
+        metrics_dir = tempfile.mkdtemp(prefix="toolsentry-metrics-")
+        os.environ[METRICS_DIR_ENV] = metrics_dir
+        _err.print(
+            f"toolsentry {__version__} on http://{settings.host}:{settings.port}/v1 with "
+            f"{settings.workers} workers → " + ", ".join(u.base_url for u in settings.upstreams)
         )
+        try:
+            uvicorn.run(
+                "proxy.cli:app_from_environment", factory=True, workers=settings.workers, **options
+            )
+        finally:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
         return
     from proxy.app import create_app
 
@@ -222,7 +236,7 @@ def app_from_environment() -> Any:
         raise ConfigError(f"{RESOLVED_SETTINGS_ENV} is not set")
     settings = Settings.model_validate_json(raw)
     configure_logging(settings.log_level)
-    return create_app(settings)
+    return create_app(settings, metrics_dir=os.environ.get(METRICS_DIR_ENV))
 
 
 def main() -> None:

@@ -93,6 +93,9 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     max_tools: int = Field(default=512, ge=1)
     max_schema_bytes: int = Field(default=256 * 1024, ge=1024)
+    max_schema_depth: int = Field(
+        default=64, ge=1, description="Nesting of objects and arrays in one tool's parameters."
+    )
 
     log_level: LogLevel = "info"
     log_bodies: bool = False

@@ -8,6 +8,7 @@
     ├── BudgetExhaustedError          429 error_budget_exhausted
     ├── UnrepairedToolCallError       422 invalid_tool_call   (on_unrepaired: reject)
     ├── ConfigError                   (exit code 2; never reaches a client)
+    ├── SessionStoreError             503 session_store_unavailable
     └── UpstreamError                 502 upstream_error
         ├── UpstreamTimeoutError      504 upstream_timeout
         ├── UpstreamConnectError      502 upstream_connect_error
@@ -85,6 +86,13 @@ class ConfigError(ToolsentryError):
     """Invalid settings or configuration file; raised at start-up, before any request."""
 
     error_type = "config_error"
+
+
+class SessionStoreError(ToolsentryError):
+    """The session store (Redis) cannot be reached or answered with an error."""
+
+    status_code = 503
+    error_type = "session_store_unavailable"
 
 
 class UpstreamError(ToolsentryError):

@@ -2,6 +2,10 @@
 
 Hallucinated names are unbounded, so they are never labels; `UnknownToolStats` keeps a bounded
 count per model for `GET /v1/stats/unknown-tools` instead.
+
+With several worker processes (`serve --workers N`) each worker writes its values to files in
+one directory (prometheus_client's multiprocess mode) and `/metrics`, whichever worker answers
+it, sums them all. One process keeps its values in memory, as fast as plain counters.
 """
 
 from __future__ import annotations
@@ -9,8 +13,17 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    values,
+)
 from prometheus_client import Counter as PromCounter
+
+from proxy.errors import ConfigError
 
 _LATENCY_BUCKETS = (
     0.0005,
@@ -36,11 +49,34 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class Metrics:
-    """The proxy's metric families, on a registry of their own (one per app, so tests can count)."""
+    """The proxy's metric families, on a registry of their own (one per app, so tests can count).
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry(auto_describe=True)
-        r = self.registry
+    `multiprocess_dir`: the directory every worker of this proxy writes its values to. It must
+    be the `PROMETHEUS_MULTIPROC_DIR` the process had before prometheus_client was imported
+    (the library chooses where values live at import); the families are then registered nowhere,
+    and `render` reads every worker's files.
+
+    Raises:
+        ConfigError: `multiprocess_dir` is given but prometheus_client was imported without
+            `PROMETHEUS_MULTIPROC_DIR`.
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, multiprocess_dir: str | None = None
+    ) -> None:
+        self.multiprocess_dir = multiprocess_dir
+        r: CollectorRegistry | None
+        if multiprocess_dir is not None:
+            if values.ValueClass is values.MutexValue:
+                raise ConfigError(
+                    "multiprocess metrics need PROMETHEUS_MULTIPROC_DIR set before "
+                    "prometheus_client is imported"
+                )
+            self.registry = CollectorRegistry(auto_describe=True)
+            r = None
+        else:
+            self.registry = registry or CollectorRegistry(auto_describe=True)
+            r = self.registry
         self.requests = PromCounter(
             "toolsentry_requests",
             "Chat requests by final HTTP status.",
@@ -87,8 +123,12 @@ class Metrics:
         )
 
     def render(self) -> bytes:
-        """The exposition text for /metrics."""
-        return generate_latest(self.registry)
+        """The exposition text for /metrics: this process's values, or every worker's summed."""
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
 
 
 class UnknownToolStats:

@@ -25,6 +25,7 @@ from proxy.errors import (
     UpstreamError,
     UpstreamProtocolError,
     UpstreamStatusError,
+    status_of,
 )
 from proxy.guard.channels import Channel, Violation
 from proxy.guard.repair import (
@@ -111,7 +112,9 @@ class ChatService:
         self.metrics = metrics
         self.unknown_tools = unknown_tools
         self._limits = GuardLimits(
-            max_tools=settings.max_tools, max_schema_bytes=settings.max_schema_bytes
+            max_tools=settings.max_tools,
+            max_schema_bytes=settings.max_schema_bytes,
+            max_schema_depth=settings.max_schema_depth,
         )
         self._tool_error_prefix = settings.tool_error_prefix
         self._model_labels: set[str] = set()
@@ -336,7 +339,7 @@ class ChatService:
             now=time.time(),
         )
         self.metrics.violations.labels(turn.model, Channel.UPSTREAM_ERROR.value).inc()
-        self.metrics.requests.labels(turn.model, str(exc.status_code)).inc()
+        self.metrics.requests.labels(turn.model, str(status_of(exc))).inc()
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -2,7 +2,9 @@
 
 `ScriptedUpstream` is a real HTTP server (Starlette under uvicorn on 127.0.0.1) that answers chat
 completions from a script and records what it was asked, so tests exercise the proxy's real
-network path. Builders (`completion`, `tool_call`) keep test data short.
+network path. A script can misbehave on cue: an error status or a body that is not a completion
+(`Fault`), a hang (`Fault.delay`), a connection reset before any response byte (`Reset`), or a
+stream that stalls or breaks off (`SSE`). Builders (`completion`, `tool_call`) keep test data short.
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
+import struct
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +85,13 @@ class Fault:
 
 
 @dataclass
+class Reset:
+    """Break the connection with a TCP reset, after `delay` seconds, before any response byte."""
+
+    delay: float = 0.0
+
+
+@dataclass
 class SSE:
     """Answer with a server-sent-event stream of these events (dicts become `data:` JSON lines).
 
@@ -123,7 +134,7 @@ class SSE:
         return pieces
 
 
-Reply = dict[str, Any] | Fault | SSE
+Reply = dict[str, Any] | Fault | Reset | SSE
 Handler = Callable[[dict[str, Any]], Reply]
 
 
@@ -131,16 +142,19 @@ Handler = Callable[[dict[str, Any]], Reply]
 class ScriptedUpstream:
     """An OpenAI-compatible chat server that answers from `replies` (in order) or a `handler`.
 
-    When the script runs out, the last reply repeats. Every request body is kept in `requests`.
-    A completion (dict) answering a `stream: true` request is streamed as vLLM would
-    (`SSE.of`). `pieces_sent` counts the SSE pieces written; `stream_cut` is set when a client
-    closed a stream before its end.
+    When the script runs out, the last reply repeats. Every chat request's body is kept in
+    `requests` and its headers (lower-case names) in `request_headers`; the path of every HTTP
+    request, whatever its route, in `paths`. A completion (dict) answering a `stream: true`
+    request is streamed as vLLM would (`SSE.of`). `pieces_sent` counts the SSE pieces written;
+    `stream_cut` is set when a client closed a stream before its end.
     """
 
     replies: Iterable[Reply] = ()
     handler: Handler | None = None
     models: tuple[str, ...] = ("scripted-model",)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    request_headers: list[dict[str, str]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._queue: deque[Reply] = deque(self.replies)
@@ -149,7 +163,10 @@ class ScriptedUpstream:
         self.stream_cut = threading.Event()
         self.pieces_sent = 0
         self.client_ports: list[int] = []  # per chat request: the connection it came on
-        self.app = Starlette(
+        self.app = _KeepServerReceive(self._routes(), self.paths)
+
+    def _routes(self) -> Starlette:
+        return Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
@@ -175,12 +192,18 @@ class ScriptedUpstream:
         body = orjson.loads(await request.body())
         self.requests.append(body)
         self.client_ports.append(request.client.port if request.client else 0)
+        self.request_headers.append(dict(request.headers))
         reply = self._next(body)
         if isinstance(reply, Fault):
             if reply.delay:
                 await asyncio.sleep(reply.delay)
             content = reply.body if isinstance(reply.body, bytes) else orjson.dumps(reply.body)
             return Response(content, status_code=reply.status, media_type="application/json")
+        if isinstance(reply, Reset):
+            if reply.delay:
+                await asyncio.sleep(reply.delay)
+            await _reset_connection()
+            return Response(b"")  # never sent: the connection is gone
         if isinstance(reply, dict) and body.get("stream"):
             reply = SSE.of(reply)
         if isinstance(reply, SSE):
@@ -233,6 +256,41 @@ class ScriptedUpstream:
             ),
             media_type="application/json",
         )
+
+
+_SERVER_RECEIVE: ContextVar[Any] = ContextVar("scripted_upstream_receive")
+
+
+class _KeepServerReceive:
+    """ASGI middleware that notes every path and keeps the server's own `receive`: its owner,
+    uvicorn's request cycle, holds the connection a `Reset` breaks."""
+
+    def __init__(self, app: Any, paths: list[str]) -> None:
+        self.app = app
+        self.paths = paths
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            self.paths.append(scope["path"])
+        token = _SERVER_RECEIVE.set(receive)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _SERVER_RECEIVE.reset(token)
+
+
+async def _reset_connection() -> None:
+    # uvicorn's `receive` is a method of the request cycle that owns the connection's transport;
+    # SO_LINGER 0 turns the close into a reset, so the client sees ECONNRESET, not a clean EOF.
+    cycle = getattr(_SERVER_RECEIVE.get(None), "__self__", None)
+    transport = getattr(cycle, "transport", None)
+    if transport is None:
+        raise RuntimeError("Reset needs the upstream to run under uvicorn (LoopbackServer)")
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+    await asyncio.sleep(0)  # let the server see the connection lost before the handler returns
 
 
 def free_port() -> int:

@@ -1,13 +1,26 @@
-"""Suite-wide set-up: the proxy's request log goes to a buffer, not the test output."""
+"""Suite-wide set-up: the proxy's request log goes to a buffer, and a real `redis-server` for the
+tests that need one."""
 
 from __future__ import annotations
 
 import io
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from proxy.logs import configure_logging
+from proxy.testing import free_port
+
+REDIS_MISSING = (
+    "redis-server is not installed: install Debian's package redis-server "
+    "(apt-get install redis-server) to run the Redis store tests"
+)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -19,3 +32,77 @@ def _quiet_logs() -> None:
 # two cores with a vLLM server) can neither fail a test by drawing inputs slowly nor by a deadline.
 settings.register_profile("toolsentry", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("toolsentry")
+
+
+@dataclass
+class RedisServer:
+    """A `redis-server` this test run started on a loopback port, without persistence."""
+
+    port: int
+    process: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def command(self, *args: str) -> bytes:
+        """Send one command (inline protocol) and return the raw reply line."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
+            sock.sendall(" ".join(args).encode() + b"\r\n")
+            return sock.recv(4096)
+
+
+def _start_redis(binary: str) -> RedisServer:
+    last_error = ""
+    for _ in range(3):  # a free port can be taken between choosing it and binding it
+        port = free_port()
+        options = ["--save", "", "--appendonly", "no", "--port", str(port), "--bind", "127.0.0.1"]
+        process = subprocess.Popen(
+            [binary, *options],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        server = RedisServer(port, process)
+        deadline = time.monotonic() + 10
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                if server.command("PING").startswith(b"+PONG"):
+                    return server
+            except OSError:
+                time.sleep(0.02)
+        _stop_redis(server)
+        assert process.stdout is not None
+        last_error = process.stdout.read().decode(errors="replace")[-2000:]
+    raise RuntimeError(f"redis-server did not start: {last_error}")
+
+
+def _stop_redis(server: RedisServer) -> None:
+    if server.process.poll() is None:
+        server.process.terminate()
+        try:
+            server.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait()
+    if server.process.stdout is not None:
+        server.process.stdout.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One `redis-server` for the whole run; skips (naming the package) when it is missing."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip(REDIS_MISSING)
+    server = _start_redis(binary)
+    try:
+        yield server
+    finally:
+        _stop_redis(server)
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The URL of an empty Redis database."""
+    assert redis_server.command("FLUSHALL").startswith(b"+OK")
+    return redis_server.url

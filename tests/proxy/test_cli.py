@@ -132,3 +132,30 @@ def test_serve_runs_as_a_process_in_front_of_an_upstream(
         process.terminate()
         process.wait(timeout=20)
         log.close()
+
+
+@pytest.mark.redis
+def test_serve_with_workers_on_redis_sums_metrics_and_removes_their_directory(
+    upstream: RunningUpstream, tmp_path: Path, redis_url: str
+) -> None:
+    from tests.proxy.system.support import ProxyProcess, metric
+
+    upstream.script.push(completion("from a worker"))
+    proxy = ProxyProcess(
+        upstream.base_url, tmp_path / "serve.log", "--workers", "2", "--store", redis_url
+    ).wait_ready()
+    try:
+        for _ in range(6):  # a new connection each, so both workers may serve
+            httpx.post(f"{proxy.url}/v1/chat/completions", json=make_request(), timeout=30)
+        files = proxy.worker_metric_files()
+        children = Path(f"/proc/{proxy.process.pid}/task/{proxy.process.pid}/children")
+        worker = children.read_text().split()[0]
+        environ = Path(f"/proc/{worker}/environ").read_bytes().split(b"\0")
+        directory = next(e for e in environ if e.startswith(b"PROMETHEUS_MULTIPROC_DIR="))
+        metrics_dir = Path(directory.split(b"=", 1)[1].decode())
+        text = proxy.metrics()
+    finally:
+        proxy.stop()
+    assert any(f.startswith("counter_") for f in files)
+    assert metric(text, "toolsentry_requests_total", model="scripted-model", status="200") == 6
+    assert not metrics_dir.exists()

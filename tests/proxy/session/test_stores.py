@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from proxy.errors import ConfigError
-from proxy.session.stores import MemoryStore, SessionStore, SqliteStore, open_store
+from proxy.session.stores import MemoryStore, RedisStore, SessionStore, SqliteStore, open_store
+from proxy.testing import free_port
 from tests.proxy.session.conformance import T0, FakeClock, StoreConformance
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -42,6 +43,19 @@ class TestSqliteStore(StoreConformance):
     ) -> Callable[..., SessionStore]:
         def make(**kwargs: Any) -> SessionStore:
             closing.append(store := SqliteStore(tmp_path / "sessions.db", **kwargs))
+            return store
+
+        return make
+
+
+@pytest.mark.redis
+class TestRedisStore(StoreConformance):
+    @pytest.fixture
+    def make_store(
+        self, closing: list[SessionStore], redis_url: str
+    ) -> Callable[..., SessionStore]:
+        def make(**kwargs: Any) -> SessionStore:
+            closing.append(store := RedisStore(redis_url, **kwargs))
             return store
 
         return make
@@ -184,7 +198,6 @@ async def test_open_store_sqlite_url_names_an_absolute_or_relative_file(
 @pytest.mark.parametrize(
     ("url", "says"),
     [
-        ("redis://localhost:6379/0", "redis"),
         ("postgres://db/sessions", "unknown session store"),
         ("sqlite:///", "names no database file"),
         ("", "unknown session store"),
@@ -210,3 +223,78 @@ def test_a_non_positive_ttl_is_a_config_error(tmp_path: Path) -> None:
         MemoryStore(ttl_seconds=0)
     with pytest.raises(ConfigError, match="ttl"):
         open_store(f"sqlite://{tmp_path}/s.db", ttl_seconds=-1)
+
+
+def test_open_store_redis_urls_give_a_redis_store_without_connecting() -> None:
+    # Nothing listens on port 9: opening must not connect, only the first operation does.
+    for url in ("redis://127.0.0.1:9/0", "rediss://127.0.0.1:9/1"):
+        store = open_store(url)
+        assert isinstance(store, RedisStore)
+
+
+def test_a_redis_url_that_cannot_be_parsed_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="invalid session store"):
+        open_store("redis://127.0.0.1:notaport/0")
+
+
+async def test_an_unreachable_redis_is_a_503_store_error_that_hides_the_password() -> None:
+    from proxy.errors import SessionStoreError, status_of
+
+    store = RedisStore(f"redis://:s3cret@127.0.0.1:{free_port()}/0", socket_timeout_s=1)
+    try:
+        with pytest.raises(SessionStoreError) as caught:
+            await store.record("s1", max_errors=10, errors=1, now=T0)
+    finally:
+        await store.close()
+    assert status_of(caught.value) == 503
+    assert caught.value.error_type == "session_store_unavailable"
+    assert "s3cret" not in caught.value.message
+    assert "127.0.0.1" in caught.value.message
+
+
+@pytest.mark.redis
+async def test_redis_keys_carry_a_ttl_and_expired_sessions_leave_the_indexes(
+    redis_url: str,
+) -> None:
+    import redis.asyncio
+
+    store = RedisStore(redis_url, ttl_seconds=100, clock=FakeClock(T0 + 500))
+    raw = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        await store.record("old", max_errors=10, errors=3, now=T0)
+        await store.claim_call_ids("old", ["c1"], now=T0)
+        assert 0 < await raw.pttl("toolsentry:session:old") <= 100_000
+        assert 0 < await raw.pttl("toolsentry:claims:old") <= 100_000
+        await store.record("new", max_errors=10, errors=1, now=T0 + 500)
+        assert await raw.zrange("toolsentry:sessions:recent", 0, -1) == ["new"]
+        failing = await raw.zrange("toolsentry:sessions:failing", 0, -1)
+        assert [member.partition("|")[2] for member in failing] == ["new"]
+        assert await raw.exists("toolsentry:session:old") == 0
+    finally:
+        await raw.aclose()
+        await store.close()
+
+
+@pytest.mark.redis
+async def test_two_redis_stores_on_one_database_share_counts_and_claims(redis_url: str) -> None:
+    import asyncio
+
+    clock = FakeClock()
+    first, second = RedisStore(redis_url, clock=clock), RedisStore(redis_url, clock=clock)
+    try:
+        ids = [f"call_{i}" for i in range(30)]
+        writes = [
+            store.record("shared", max_errors=10, errors=1, requests=1, now=T0)
+            for store in (first, second)
+            for _ in range(100)
+        ]
+        claims = [store.claim_call_ids("shared", ids, now=T0) for store in (first, second)]
+        results = await asyncio.gather(*writes, *claims)
+        claimed = [call_id for result in results[-2:] for call_id in result]
+        assert sorted(claimed) == sorted(ids)
+        got = await first.get("shared")
+        assert got is not None
+        assert (got.errors, got.requests) == (200, 200)
+    finally:
+        await first.close()
+        await second.close()

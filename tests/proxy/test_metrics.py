@@ -1,0 +1,75 @@
+"""Metrics: one process keeps its values in memory; worker processes share a directory and
+`/metrics` sums them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from proxy.errors import ConfigError
+from proxy.metrics import Metrics, UnknownToolStats
+from tests.proxy.system.support import REPO, metric
+
+WORKER = textwrap.dedent(
+    """
+    import sys
+    from proxy.metrics import Metrics
+
+    metrics = Metrics(multiprocess_dir=sys.argv[1])
+    metrics.requests.labels("m", "200").inc(int(sys.argv[2]))
+    metrics.upstream_seconds.labels("m").observe(0.01)
+    sys.stdout.write(metrics.render().decode())
+    """
+)
+
+
+def run_worker(directory: Path, count: int) -> str:
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER, str(directory), str(count)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_workers_sharing_a_directory_render_the_sum_of_their_values(tmp_path: Path) -> None:
+    run_worker(tmp_path, 3)
+    text = run_worker(tmp_path, 4)  # renders after adding its own
+    assert metric(text, "toolsentry_requests_total", model="m", status="200") == 7
+    assert metric(text, "toolsentry_upstream_seconds_count", model="m") == 2
+
+
+def test_multiprocess_metrics_without_the_environment_variable_are_refused(
+    tmp_path: Path,
+) -> None:
+    # This test process imported prometheus_client without PROMETHEUS_MULTIPROC_DIR.
+    with pytest.raises(ConfigError, match="PROMETHEUS_MULTIPROC_DIR"):
+        Metrics(multiprocess_dir=str(tmp_path))
+
+
+def test_two_in_process_metrics_count_apart() -> None:
+    first, second = Metrics(), Metrics()
+    first.requests.labels("m", "200").inc()
+    assert (
+        metric(first.render().decode(), "toolsentry_requests_total", model="m", status="200") == 1
+    )
+    assert (
+        metric(second.render().decode(), "toolsentry_requests_total", model="m", status="200") == 0
+    )
+
+
+def test_unknown_tool_names_are_bounded_per_model() -> None:
+    stats = UnknownToolStats(max_names=2)
+    for name in ("a", "b", "c", "a"):
+        stats.add("m", name)
+    assert stats.top() == {"models": {"m": [{"name": "a", "count": 2}, {"name": "b", "count": 1}]}}
