@@ -33,11 +33,13 @@ serve: venv
 demo: venv
 	$(BIN)/evalkit replay --domain retail --out runs/demo
 
-# Proxy overhead against direct access, bare pass-throughs and LiteLLM (needs wrk), then the
-# validator comparison; both write bench/RESULTS.md.
+# Proxy overhead against direct access, bare pass-throughs and LiteLLM (needs wrk), the
+# validator comparison, then evalkit replay's episodes per second with and without the proxy;
+# bench.overhead and bench.evalkit write their sections of bench/RESULTS.md.
 bench: venv
 	$(BIN)/python -m bench.overhead
 	$(BIN)/python -m bench.validate
+	$(BIN)/python -m bench.evalkit
 
 test-vllm: venv
 	$(BIN)/pytest -m vllm tests/live

@@ -305,7 +305,10 @@ class LoopbackServer:
     """Runs an ASGI app under uvicorn on 127.0.0.1 in a background thread; a context manager."""
 
     def __init__(self, app: Any, *, port: int | None = None) -> None:
-        self._sock = socket.socket()
+        # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets whose proto says TCP,
+        # and accepted sockets inherit it; with proto 0 every keep-alive response (headers and
+        # body written apart) waited ~40 ms for the client's delayed ACK.
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", port or 0))
         self.port: int = self._sock.getsockname()[1]

@@ -143,7 +143,8 @@ class ScriptedChatServer:
 async def chat_server() -> AsyncIterator[ScriptedChatServer]:
     scripted = ScriptedChatServer()
     app = Starlette(routes=[Route("/v1/chat/completions", scripted.handle, methods=["POST"])])
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP spelled out so asyncio sets TCP_NODELAY (see proxy.testing.LoopbackServer).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = uvicorn.Server(
