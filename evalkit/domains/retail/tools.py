@@ -56,6 +56,40 @@ class RetailTools(Toolkit):
             raise ValueError("Variant not found")
         return product.variants[item_id]
 
+    def _check_items_held(self, order: Order, item_ids: list[str], missing: str) -> None:
+        """Raise ValueError(`missing`, with `{item_id}` filled in) when `item_ids` names an item
+        more often than the order holds it."""
+        in_order = [item.item_id for item in order.items]
+        for item_id in item_ids:
+            if item_ids.count(item_id) > in_order.count(item_id):
+                raise ValueError(missing.format(item_id=item_id))
+
+    def _swap_price_difference(
+        self,
+        order: Order,
+        item_ids: list[str],
+        new_item_ids: list[str],
+        *,
+        new_must_differ: bool,
+    ) -> tuple[float, Variant | None]:
+        """The unrounded price difference of swapping each of `item_ids` of `order` for the
+        variant at the same place in `new_item_ids`, and the last new variant checked; raises
+        ValueError where an item or new variant is missing or unavailable, or (with
+        `new_must_differ`) where an item would be swapped for itself."""
+        diff_price = 0.0
+        variant: Variant | None = None
+        for item_id, new_item_id in zip(item_ids, new_item_ids, strict=False):
+            if new_must_differ and item_id == new_item_id:
+                raise ValueError("The new item id should be different from the old item id")
+            item = next((it for it in order.items if it.item_id == item_id), None)
+            if item is None:
+                raise ValueError(f"Item {item_id} not found")
+            variant = self._variant(item.product_id, new_item_id)
+            if not variant.available:
+                raise ValueError(f"New item {new_item_id} not found or available")
+            diff_price += variant.price - item.price
+        return diff_price, variant
+
     def _payment_method(self, user_id: str, payment_method_id: str) -> object:
         user = self._user(user_id)
         if payment_method_id not in user.payment_methods:
@@ -297,24 +331,12 @@ class RetailTools(Toolkit):
         order = self._order(order_id)
         if order.status != "pending":
             raise ValueError("Non-pending order cannot be modified")
-        in_order = [item.item_id for item in order.items]
-        for item_id in item_ids:
-            if item_ids.count(item_id) > in_order.count(item_id):
-                raise ValueError(f"{item_id} not found")
+        self._check_items_held(order, item_ids, "{item_id} not found")
         if len(item_ids) != len(new_item_ids):
             raise ValueError("The number of items to be exchanged should match")
-        diff_price = 0.0
-        variant: Variant | None = None
-        for item_id, new_item_id in zip(item_ids, new_item_ids, strict=False):
-            if item_id == new_item_id:
-                raise ValueError("The new item id should be different from the old item id")
-            item = next((it for it in order.items if it.item_id == item_id), None)
-            if item is None:
-                raise ValueError(f"Item {item_id} not found")
-            variant = self._variant(item.product_id, new_item_id)
-            if not variant.available:
-                raise ValueError(f"New item {new_item_id} not found or available")
-            diff_price += variant.price - item.price
+        diff_price, variant = self._swap_price_difference(
+            order, item_ids, new_item_ids, new_must_differ=True
+        )
         method = self._payment_method(order.user_id, payment_method_id)
         if isinstance(method, GiftCard) and method.balance < diff_price:
             raise ValueError("Insufficient gift card balance to pay for the new item")
@@ -398,10 +420,7 @@ class RetailTools(Toolkit):
             and payment_method_id != order.payment_history[0].payment_method_id
         ):
             raise ValueError("Payment method should be the original payment method")
-        in_order = [item.item_id for item in order.items]
-        for item_id in item_ids:
-            if item_ids.count(item_id) > in_order.count(item_id):
-                raise ValueError("Some item not found")
+        self._check_items_held(order, item_ids, "Some item not found")
         order.status = "return requested"
         order.return_items = sorted(item_ids)
         order.return_payment_method_id = payment_method_id
@@ -430,21 +449,12 @@ class RetailTools(Toolkit):
         order = self._order(order_id)
         if order.status != "delivered":
             raise ValueError("Non-delivered order cannot be exchanged")
-        in_order = [item.item_id for item in order.items]
-        for item_id in item_ids:
-            if item_ids.count(item_id) > in_order.count(item_id):
-                raise ValueError(f"Number of {item_id} not found.")
+        self._check_items_held(order, item_ids, "Number of {item_id} not found.")
         if len(item_ids) != len(new_item_ids):
             raise ValueError("The number of items to be exchanged should match.")
-        diff_price = 0.0
-        for item_id, new_item_id in zip(item_ids, new_item_ids, strict=False):
-            item = next((it for it in order.items if it.item_id == item_id), None)
-            if item is None:
-                raise ValueError(f"Item {item_id} not found")
-            variant = self._variant(item.product_id, new_item_id)
-            if not variant.available:
-                raise ValueError(f"New item {new_item_id} not found or available")
-            diff_price += variant.price - item.price
+        diff_price, _ = self._swap_price_difference(
+            order, item_ids, new_item_ids, new_must_differ=False
+        )
         diff_price = round(diff_price, 2)
         method = self._payment_method(order.user_id, payment_method_id)
         if isinstance(method, GiftCard) and method.balance < diff_price:
