@@ -16,6 +16,7 @@ Besides the tools, the class holds the set-up functions τ²-bench's tasks call 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from evalkit.domains.base import Toolkit, tool
@@ -172,14 +173,12 @@ class TelecomUserTools(Toolkit):
 
     def turn_airplane_mode_on(self) -> str:
         """Put the phone in Airplane Mode (a task's set-up)."""
-        if not self._toggle_airplane_mode():
-            self._toggle_airplane_mode()
+        _switch(self._toggle_airplane_mode, on=True)
         return "Airplane Mode is now ON."
 
     def turn_airplane_mode_off(self) -> str:
         """Take the phone out of Airplane Mode (a task's set-up)."""
-        if self._toggle_airplane_mode():
-            self._toggle_airplane_mode()
+        _switch(self._toggle_airplane_mode, on=False)
         return "Airplane Mode is now OFF."
 
     # -- SIM card --------------------------------------------------------------------------
@@ -233,8 +232,7 @@ class TelecomUserTools(Toolkit):
 
     def turn_data_off(self) -> str:
         """Switch mobile data off (a task's set-up)."""
-        if self._toggle_data():
-            self._toggle_data()
+        _switch(self._toggle_data, on=False)
         return "Data connection broken."
 
     @tool(mutates=True)
@@ -251,14 +249,12 @@ class TelecomUserTools(Toolkit):
 
     def turn_roaming_on(self) -> str:
         """Switch Data Roaming on (a task's set-up)."""
-        if not self._toggle_roaming():
-            self._toggle_roaming()
+        _switch(self._toggle_roaming, on=True)
         return "Data Roaming is now ON."
 
     def turn_roaming_off(self) -> str:
         """Switch Data Roaming off (a task's set-up)."""
-        if self._toggle_roaming():
-            self._toggle_roaming()
+        _switch(self._toggle_roaming, on=False)
         return "Data Roaming is now OFF."
 
     @tool()
@@ -581,3 +577,10 @@ class TelecomUserTools(Toolkit):
     def assert_mobile_data_usage_exceeded(self, expected_status: bool) -> bool:
         """Whether the line's data allowance is used up as expected."""
         return self.surroundings.mobile_data_usage_exceeded == expected_status
+
+
+def _switch(toggle: Callable[[], bool], *, on: bool) -> None:
+    """Bring a setting to `on` through its toggle (which returns the new state), so that a
+    set-up has the side effects of the user's own toggling."""
+    if toggle() != on:
+        toggle()
