@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import threading
+from collections.abc import AsyncIterator
 
 import aiohttp
 import orjson
@@ -37,6 +39,31 @@ def _config(
 
 def _upstreams(*configs: UpstreamConfig) -> tuple[list[AiohttpUpstream], list[UpstreamConfig]]:
     return [AiohttpUpstream(c, api_key=None, retries=0) for c in configs], list(configs)
+
+
+@contextlib.asynccontextmanager
+async def _serving(script: ScriptedUpstream, retries: int = 0) -> AsyncIterator[AiohttpUpstream]:
+    """An upstream named 's' in front of `script` on a loopback server, closed on the way out."""
+    with LoopbackServer(script.app) as server:
+        upstream = AiohttpUpstream(
+            _config("s", url=f"{server.url}/v1"), api_key=None, retries=retries
+        )
+        try:
+            yield upstream
+        finally:
+            await upstream.close()
+
+
+@contextlib.asynccontextmanager
+async def _unreachable() -> AsyncIterator[AiohttpUpstream]:
+    """An upstream named 'down', retried once, on a loopback port nothing listens on."""
+    upstream = AiohttpUpstream(
+        _config("down", url=f"http://127.0.0.1:{free_port()}/v1"), api_key=None, retries=1
+    )
+    try:
+        yield upstream
+    finally:
+        await upstream.close()
 
 
 def test_router_picks_by_model_then_the_catch_all() -> None:
@@ -79,32 +106,19 @@ def test_timeouts_connect_failures_and_broken_bodies_map_to_distinct_errors() ->
 
 async def test_retries_stop_and_hand_back_the_last_503() -> None:
     script = ScriptedUpstream([Fault(503, {"error": {"message": "overloaded"}})])
-    with LoopbackServer(script.app) as server:
-        upstream = AiohttpUpstream(_config("s", url=f"{server.url}/v1"), api_key=None, retries=2)
-        try:
-            response = await upstream.request("POST", "chat/completions", body=b"{}", headers={})
-        finally:
-            await upstream.close()
+    async with _serving(script, retries=2) as upstream:
+        response = await upstream.request("POST", "chat/completions", body=b"{}", headers={})
     assert response.status == 503
     assert len(script.requests) == 3
 
 
 async def test_a_refused_connection_is_retried_then_reported() -> None:
-    upstream = AiohttpUpstream(
-        _config("down", url=f"http://127.0.0.1:{free_port()}/v1"), api_key=None, retries=1
-    )
-    try:
+    async with _unreachable() as upstream:
         with pytest.raises(UpstreamConnectError, match="'down' is unreachable"):
             await upstream.request("GET", "models", body=None, headers={})
-    finally:
-        await upstream.close()
 
 
 # ---------------------------------------------------------------- streaming
-
-
-def _streaming(server: LoopbackServer, retries: int = 0) -> AiohttpUpstream:
-    return AiohttpUpstream(_config("s", url=f"{server.url}/v1"), api_key=None, retries=retries)
 
 
 async def _read_all(stream: UpstreamStream) -> bytes:
@@ -113,94 +127,73 @@ async def _read_all(stream: UpstreamStream) -> bytes:
 
 async def test_a_stream_hands_over_the_status_and_the_body_as_it_arrives() -> None:
     script = ScriptedUpstream([SSE([{"n": 1}, b": ping\n\n", {"n": 2}], chunk_sizes=[5])])
-    with LoopbackServer(script.app) as server:
-        upstream = _streaming(server)
-        try:
-            async with upstream.stream("chat/completions", body=b"{}", headers={}) as stream:
-                assert stream.status == 200
-                assert stream.headers["content-type"].startswith("text/event-stream")
-                body = await _read_all(stream)
-        finally:
-            await upstream.close()
+    async with (
+        _serving(script) as upstream,
+        upstream.stream("chat/completions", body=b"{}", headers={}) as stream,
+    ):
+        assert stream.status == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        body = await _read_all(stream)
     assert body == b'data: {"n":1}\n\n: ping\n\ndata: {"n":2}\n\ndata: [DONE]\n\n'
 
 
 async def test_a_stream_is_retried_on_503_until_the_upstream_answers() -> None:
     script = ScriptedUpstream([Fault(503), Fault(503), SSE([{"n": 1}])])
-    with LoopbackServer(script.app) as server:
-        upstream = _streaming(server, retries=2)
-        try:
-            async with upstream.stream("chat/completions", body=b"{}", headers={}) as stream:
-                assert stream.status == 200
-                assert b'"n":1' in await _read_all(stream)
-        finally:
-            await upstream.close()
+    async with (
+        _serving(script, retries=2) as upstream,
+        upstream.stream("chat/completions", body=b"{}", headers={}) as stream,
+    ):
+        assert stream.status == 200
+        assert b'"n":1' in await _read_all(stream)
     assert len(script.requests) == 3
 
 
 async def test_when_stream_retries_run_out_the_last_refusal_is_handed_over_with_its_body() -> None:
     script = ScriptedUpstream([Fault(503, {"error": {"message": "overloaded"}})])
-    with LoopbackServer(script.app) as server:
-        upstream = _streaming(server, retries=1)
-        try:
-            async with upstream.stream("chat/completions", body=b"{}", headers={}) as stream:
-                assert stream.status == 503
-                assert b"overloaded" in await _read_all(stream)
-        finally:
-            await upstream.close()
+    async with (
+        _serving(script, retries=1) as upstream,
+        upstream.stream("chat/completions", body=b"{}", headers={}) as stream,
+    ):
+        assert stream.status == 503
+        assert b"overloaded" in await _read_all(stream)
     assert len(script.requests) == 2
 
 
 async def test_a_stream_to_a_refused_port_is_retried_then_reported() -> None:
-    upstream = AiohttpUpstream(
-        _config("down", url=f"http://127.0.0.1:{free_port()}/v1"), api_key=None, retries=1
-    )
-    try:
+    async with _unreachable() as upstream:
         with pytest.raises(UpstreamConnectError, match="'down' is unreachable"):
             async with upstream.stream("chat/completions", body=b"{}", headers={}):
                 pass  # pragma: no cover - never entered
-    finally:
-        await upstream.close()
 
 
 async def test_a_body_broken_off_mid_stream_raises_a_protocol_error() -> None:
     script = ScriptedUpstream([SSE([{"n": 1}, {"n": 2}, {"n": 3}], drop_after=2)])
-    with LoopbackServer(script.app) as server:
-        upstream = _streaming(server)
-        try:
-            async with upstream.stream("chat/completions", body=b"{}", headers={}) as stream:
-                with pytest.raises(UpstreamProtocolError, match="'s' broke off its response"):
-                    await _read_all(stream)
-        finally:
-            await upstream.close()
+    async with (
+        _serving(script) as upstream,
+        upstream.stream("chat/completions", body=b"{}", headers={}) as stream,
+    ):
+        with pytest.raises(UpstreamProtocolError, match="'s' broke off its response"):
+            await _read_all(stream)
 
 
 async def test_leaving_a_stream_early_closes_the_upstream_connection() -> None:
     resume = threading.Event()  # never set: the upstream waits until its connection goes
     script = ScriptedUpstream([SSE([{"n": 1}, {"n": 2}], pause_after=1, pause=30, resume=resume)])
-    with LoopbackServer(script.app) as server:
-        upstream = _streaming(server)
-        try:
-            async with upstream.stream("chat/completions", body=b"{}", headers={}) as stream:
-                assert b'"n":1' in await anext(stream.chunks)
-            assert await asyncio.to_thread(script.stream_cut.wait, 10)
-        finally:
-            await upstream.close()
+    async with _serving(script) as upstream:
+        async with upstream.stream("chat/completions", body=b"{}", headers={}) as stream:
+            assert b'"n":1' in await anext(stream.chunks)
+        assert await asyncio.to_thread(script.stream_cut.wait, 10)
 
 
 async def test_a_stream_read_to_its_end_leaves_its_connection_in_the_pool() -> None:
     script = ScriptedUpstream([SSE([{"n": 1}])])
-    with LoopbackServer(script.app) as server:
-        upstream = _streaming(server)
-        try:
-            for _ in range(3):
-                async with upstream.stream("chat/completions", body=b"{}", headers={}) as stream:
-                    await _read_all(stream)
-            connector = upstream._client().connector
-            assert connector is not None
-            pooled = sum(len(conns) for conns in connector._conns.values())  # type: ignore[attr-defined]
-        finally:
-            await upstream.close()
+    async with _serving(script) as upstream:
+        for _ in range(3):
+            async with upstream.stream("chat/completions", body=b"{}", headers={}) as stream:
+                await _read_all(stream)
+        connector = upstream._client().connector
+        assert connector is not None
+        pooled = sum(len(conns) for conns in connector._conns.values())  # type: ignore[attr-defined]
     assert pooled == 1
 
 
