@@ -52,12 +52,17 @@ def tau2_retail(tau2_dir: Path) -> Domain:
     return get_domain("retail", tau2_dir / "domains" / "retail")
 
 
+def _tau2_results_file(tau2_dir: Path, domain: str) -> Path:
+    """τ²-bench's recorded gpt-4.1 run of `domain`; skips the test when it is missing."""
+    path = tau2_dir / "results" / f"gpt-4.1_{domain}_1trial.json"
+    if not path.is_file():
+        pytest.skip(f"τ²-bench {domain} results file missing: {path}")
+    return path
+
+
 @pytest.fixture(scope="session")
 def tau2_results_file(tau2_dir: Path) -> Path:
-    path = tau2_dir / "results" / "gpt-4.1_retail_1trial.json"
-    if not path.is_file():
-        pytest.skip(f"τ²-bench results file missing: {path}")
-    return path
+    return _tau2_results_file(tau2_dir, "retail")
 
 
 @pytest.fixture(scope="session")
@@ -77,10 +82,7 @@ def tau2_telecom(tau2_dir: Path) -> Domain:
 
 @pytest.fixture(scope="session")
 def tau2_telecom_results_file(tau2_dir: Path) -> Path:
-    path = tau2_dir / "results" / "gpt-4.1_telecom_1trial.json"
-    if not path.is_file():
-        pytest.skip(f"τ²-bench telecom results file missing: {path}")
-    return path
+    return _tau2_results_file(tau2_dir, "telecom")
 
 
 @pytest.fixture(scope="session")
