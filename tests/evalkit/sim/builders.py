@@ -21,6 +21,19 @@ from evalkit.sim.model import EpisodeKey, SimulatedModel
 from evalkit.sim.profiles import BF16, DamageProfile
 from proxy.testing import tool_call
 
+OPENING: list[dict[str, Any]] = [
+    {"role": "system", "content": "policy"},
+    {"role": "assistant", "content": "Hi! How can I help you today?"},
+    {"role": "user", "content": "Hi! I want to cancel an order."},
+]
+"""The start of a retail episode as the model sees it: policy, greeting, the customer's ask."""
+
+
+def agent_tools(domain: Domain) -> list[dict[str, Any]]:
+    """The domain's agent tools as an OpenAI `tools` list."""
+    toolkit, _ = domain.toolkit_classes()
+    return toolkit.openai_tools()
+
 
 def make_profile(name: str = "test", **fields: float) -> DamageProfile:
     """A profile with no damage at all unless `fields` say otherwise."""

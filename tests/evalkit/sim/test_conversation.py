@@ -12,19 +12,12 @@ from evalkit.sim.conversation import (
 )
 from proxy.guard.repair import NOT_EXECUTED, corrective_messages
 from proxy.guard.toolcheck import compile_tools, validate
-from tests.evalkit.sim.builders import assistant_call, tool_answer
-
-EPISODE = [
-    {"role": "system", "content": "policy"},
-    {"role": "assistant", "content": "Hi! How can I help you today?"},
-    {"role": "user", "content": "Hi! Please cancel my order."},
-]
+from tests.evalkit.sim.builders import OPENING, agent_tools, assistant_call, tool_answer
 
 
 @pytest.fixture(scope="module")
 def tools() -> list[dict[str, object]]:
-    agent_tools, _ = get_domain("retail").toolkit_classes()
-    return agent_tools.openai_tools()
+    return agent_tools(get_domain("retail"))
 
 
 def reask(message: dict[str, object], tools: list[dict[str, object]]) -> list[dict[str, object]]:
@@ -49,10 +42,10 @@ def reask(message: dict[str, object], tools: list[dict[str, object]]) -> list[di
 def test_every_corrective_round_of_the_proxy_is_recognised(
     message: dict[str, object], tools: list[dict[str, object]]
 ) -> None:
-    request = [*EPISODE, *reask(message, tools)]
+    request = [*OPENING, *reask(message, tools)]
     conversation = read_conversation(request)
     assert conversation.attempt == 1
-    assert conversation.messages == EPISODE[1:]
+    assert conversation.messages == OPENING[1:]
     assert conversation.turn == 1
 
     twice = [*request, *reask(message, tools)]
@@ -61,7 +54,7 @@ def test_every_corrective_round_of_the_proxy_is_recognised(
 
 def test_environment_errors_are_turns_of_the_episode_not_reasks() -> None:
     request = [
-        *EPISODE,
+        *OPENING,
         assistant_call("cancel_order", {"order_id": "#W1"}, "c1"),
         tool_answer("c1", "Error: Tool 'cancel_order' not found."),
     ]
@@ -85,7 +78,7 @@ def test_corrective_texts_are_told_from_environment_and_customer_texts() -> None
 
 def test_a_customer_reply_after_an_assistant_text_is_not_a_round() -> None:
     request = [
-        *EPISODE,
+        *OPENING,
         {"role": "assistant", "content": "Shall I?"},
         {"role": "user", "content": "Yes."},
     ]
@@ -94,7 +87,7 @@ def test_a_customer_reply_after_an_assistant_text_is_not_a_round() -> None:
 
 def test_answered_asks_count_only_asks_a_customer_replied_to() -> None:
     request = [
-        *EPISODE,
+        *OPENING,
         {"role": "assistant", "content": "Please do X now."},
         {"role": "user", "content": "Done."},
         {"role": "assistant", "content": "Please do X now."},

@@ -27,18 +27,14 @@ from proxy.guard.repair import corrective_messages
 from proxy.guard.toolcheck import compile_tools, validate
 from tests.evalkit.domains.test_conformance import PHONE_TASK, PhoneDomain
 from tests.evalkit.sim.builders import (
+    OPENING,
     InProcessSimAgent,
     NamedCallUser,
+    agent_tools,
     assistant_call,
     make_profile,
     tool_answer,
 )
-
-OPENING = [
-    {"role": "system", "content": "policy"},
-    {"role": "assistant", "content": "Hi! How can I help you today?"},
-    {"role": "user", "content": "Hi! I want to cancel an order."},
-]
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +49,7 @@ def model(retail_domain: Domain) -> SimulatedModel:
 
 @pytest.fixture(scope="module")
 def tools(retail_domain: Domain) -> list[dict[str, object]]:
-    agent_tools, _ = retail_domain.toolkit_classes()
-    return agent_tools.openai_tools()
+    return agent_tools(retail_domain)
 
 
 async def test_a_profile_without_damage_passes_every_retail_task_with_the_scripted_user(

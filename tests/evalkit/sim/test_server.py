@@ -14,19 +14,12 @@ from evalkit.domains import get_domain
 from evalkit.sim.profiles import builtin_profiles
 from evalkit.sim.server import create_sim_app
 from proxy.testing import LoopbackServer
-from tests.evalkit.sim.builders import make_profile
-
-OPENING = [
-    {"role": "system", "content": "policy"},
-    {"role": "assistant", "content": "Hi! How can I help you today?"},
-    {"role": "user", "content": "Hi! I want to cancel an order."},
-]
+from tests.evalkit.sim.builders import OPENING, agent_tools, make_profile
 
 
 @pytest.fixture(scope="module")
 def tools() -> list[dict[str, Any]]:
-    agent_tools, _ = get_domain("retail").toolkit_classes()
-    return agent_tools.openai_tools()
+    return agent_tools(get_domain("retail"))
 
 
 @pytest.fixture(scope="module")
