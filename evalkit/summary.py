@@ -10,7 +10,6 @@ the agent. The difference is what repair removed.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from typing import Any, Final
 from rich import box
 from rich.table import Table as RichTable
 
+from evalkit.agent import to_openai_messages
 from evalkit.formats import Results, SimulationRun
 from evalkit.messages import AssistantMessage, ToolMessage
 from evalkit.replay import Replay, budget_curve, episode_errors, reward_of
@@ -176,7 +176,7 @@ def trajectory_channels(
         if not isinstance(message, AssistantMessage) or position == 0:
             continue
         turns += 1
-        for violation in validate(_openai_message(message), tools):
+        for violation in validate(to_openai_messages(None, [message])[0], tools):
             channels[violation.channel.value] += 1
             if violation.call_id:
                 invalid.add(violation.call_id)
@@ -193,25 +193,6 @@ def trajectory_channels(
     if not channels[TOOL_ERROR]:
         del channels[TOOL_ERROR]
     return dict(channels), turns, wrong
-
-
-def _openai_message(message: AssistantMessage) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": "assistant", "content": message.content}
-    if message.tool_calls:
-        out["tool_calls"] = [
-            {
-                "id": c.id,
-                "type": "function",
-                "function": {
-                    "name": c.name,
-                    "arguments": c.raw_arguments
-                    if c.raw_arguments is not None
-                    else json.dumps(c.arguments),
-                },
-            }
-            for c in message.tool_calls
-        ]
-    return out
 
 
 # -- tables -----------------------------------------------------------------------------------

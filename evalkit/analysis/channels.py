@@ -22,13 +22,13 @@ the proxy counted, repaired violations included (`proxy_channels`, `repairs`).
 from __future__ import annotations
 
 import enum
-import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from evalkit.agent import to_openai_messages
 from evalkit.formats import SimulationRun
 from evalkit.messages import AssistantMessage, ToolCall, ToolMessage, UserMessage
 from proxy.guard import Channel, Violation
@@ -284,19 +284,5 @@ def _openai_message(message: AssistantMessage) -> tuple[Mapping[str, Any], str |
         if len(raw_calls if isinstance(raw_calls, list) else []) == len(calls):
             finish = raw.get("finish_reason")
             return raw_message, finish if isinstance(finish, str) else None
-    rebuilt: dict[str, Any] = {"role": "assistant", "content": message.content}
-    if calls:
-        rebuilt["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {
-                    "name": call.name,
-                    "arguments": call.raw_arguments
-                    if call.raw_arguments is not None
-                    else json.dumps(call.arguments),
-                },
-            }
-            for call in calls
-        ]
+    (rebuilt,) = to_openai_messages(None, [message])
     return rebuilt, None
