@@ -138,7 +138,8 @@ def test_serve_runs_as_a_process_in_front_of_an_upstream(
 def test_serve_with_workers_on_redis_sums_metrics_and_removes_their_directory(
     upstream: RunningUpstream, tmp_path: Path, redis_url: str
 ) -> None:
-    from tests.proxy.system.support import ProxyProcess, metric
+    from tests.proxy.metrics_text import metric
+    from tests.proxy.system.support import ProxyProcess
 
     upstream.script.push(completion("from a worker"))
     proxy = ProxyProcess(

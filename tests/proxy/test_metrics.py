@@ -13,7 +13,8 @@ import pytest
 
 from proxy.errors import ConfigError
 from proxy.metrics import Metrics, UnknownToolStats
-from tests.proxy.system.support import REPO, metric
+from tests.proxy.metrics_text import metric
+from tests.proxy.system.support import REPO
 
 WORKER = textwrap.dedent(
     """

@@ -1,12 +1,11 @@
 """Support for whole-proxy tests: proxy processes started as a user would, load with exact
-bookkeeping, and reading Prometheus text."""
+bookkeeping."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -22,18 +21,6 @@ from proxy.testing import free_port
 from tests.proxy.builders import make_request
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    """The value of one sample in Prometheus exposition text (0 when absent)."""
-    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        match = re.match(r"^(\w+)\{([^}]*)\} (\S+)$", line)
-        if match and match.group(1) == name:
-            have = ",".join(sorted(match.group(2).split(",")))
-            if have == want:
-                return float(match.group(3))
-    return 0.0
 
 
 class ProxyProcess:

@@ -25,7 +25,8 @@ import pytest
 from proxy.testing import completion, tool_call
 from tests.proxy.builders import make_request
 from tests.proxy.conftest import RunningUpstream
-from tests.proxy.system.support import Outcome, ProxyProcess, fire, metric
+from tests.proxy.metrics_text import metric
+from tests.proxy.system.support import Outcome, ProxyProcess, fire
 
 pytestmark = pytest.mark.slow
 

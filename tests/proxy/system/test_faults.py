@@ -34,7 +34,8 @@ from proxy.testing import (
 )
 from tests.proxy.builders import make_request
 from tests.proxy.conftest import RunningProxy, RunningUpstream
-from tests.proxy.system.support import ProxyProcess, fire, metric
+from tests.proxy.metrics_text import metric
+from tests.proxy.system.support import ProxyProcess, fire
 
 MODEL = "scripted-model"
 # Seconds an upstream hangs, and the proxy's shorter timeout: generous enough that a loaded
