@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, settings
 
 from proxy.logs import configure_logging
 from proxy.testing import free_port
+from tests.processes import stop_process
 
 REDIS_MISSING = (
     "redis-server is not installed: install Debian's package redis-server "
@@ -77,13 +78,7 @@ def _start_redis(binary: str) -> RedisServer:
 
 
 def _stop_redis(server: RedisServer) -> None:
-    if server.process.poll() is None:
-        server.process.terminate()
-        try:
-            server.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait()
+    stop_process(server.process, timeout=10)
     if server.process.stdout is not None:
         server.process.stdout.close()
 

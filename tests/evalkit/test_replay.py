@@ -38,6 +38,7 @@ from evalkit.scoring import RewardInfo
 from evalkit.summary import summarize_replay
 from proxy.testing import free_port
 from tests.evalkit.conftest import Reply, ScriptedChatServer, completion
+from tests.processes import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -188,12 +189,7 @@ def serving(*command: str, health: str) -> Iterator[None]:
             time.sleep(0.1)
         yield
     finally:
-        process.terminate()
-        try:
-            process.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
+        stop_process(process, timeout=20)
 
 
 def test_a_proxy_and_simulator_in_their_own_processes_give_the_embedded_results(

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from proxy.cli import app
 from proxy.testing import completion, free_port
+from tests.processes import stop_process
 from tests.proxy.builders import make_request
 from tests.proxy.conftest import RunningUpstream
 
@@ -129,8 +130,7 @@ def test_serve_runs_as_a_process_in_front_of_an_upstream(
         assert raw.parse().choices[0].message.content == "through a real process"
         assert raw.headers["x-toolsentry-max-errors"] == "4"
     finally:
-        process.terminate()
-        process.wait(timeout=20)
+        stop_process(process, timeout=20)
         log.close()
 
 

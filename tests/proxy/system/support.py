@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from proxy.testing import free_port
+from tests.processes import stop_process
 from tests.proxy.builders import make_request
 
 REPO = Path(__file__).resolve().parents[3]
@@ -93,13 +94,7 @@ class ProxyProcess:
         self._log.close()
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout=30)
         self._log.close()
 
 
