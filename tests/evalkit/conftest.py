@@ -56,7 +56,7 @@ def _tau2_results_file(tau2_dir: Path, domain: str) -> Path:
     """τ²-bench's recorded gpt-4.1 run of `domain`; skips the test when it is missing."""
     path = tau2_dir / "results" / f"gpt-4.1_{domain}_1trial.json"
     if not path.is_file():
-        pytest.skip(f"τ²-bench {domain} results file missing: {path}")
+        pytest.skip(f"τ²-bench {domain} results file missing: {path} (see shared/tau2/README.md)")
     return path
 
 

@@ -109,7 +109,7 @@ def test_mismatched_inputs_are_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    "fixture", ["tau2_retail_results", "tau2_telecom_results"], ids=["retail", "telecom"]
+    "fixture", ["tau2_results_file", "tau2_telecom_results_file"], ids=["retail", "telecom"]
 )
 def test_on_taus_results_the_curve_at_max_errors_is_the_recorded_mean_reward(
     fixture: str, request: pytest.FixtureRequest, tau2_dir: Path

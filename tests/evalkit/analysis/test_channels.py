@@ -183,7 +183,7 @@ def _recorded_errors(path: Path) -> tuple[int, Counter[str]]:
 
 
 @pytest.mark.parametrize(
-    "fixture", ["tau2_retail_results", "tau2_telecom_results"], ids=["retail", "telecom"]
+    "fixture", ["tau2_results_file", "tau2_telecom_results_file"], ids=["retail", "telecom"]
 )
 @pytest.mark.parametrize("with_schemas", [True, False], ids=["schemas", "texts"])
 def test_on_taus_results_every_recorded_error_falls_in_exactly_one_channel(
@@ -200,9 +200,9 @@ def test_on_taus_results_every_recorded_error_falls_in_exactly_one_channel(
 
 
 def test_taus_retail_errors_are_business_errors_checked_against_the_retail_schemas(
-    tau2_retail_results: Path, tau2_dir: Path
+    tau2_results_file: Path, tau2_dir: Path
 ) -> None:
-    (run,) = load_runs([tau2_retail_results], tools=default_tool_source(tau2_dir), resamples=200)
+    (run,) = load_runs([tau2_results_file], tools=default_tool_source(tau2_dir), resamples=200)
     assert run.schema_source is not None
     assert "retail" in run.schema_source
     # gpt-4.1 never called a tool that does not exist nor sent arguments its schema refuses;
