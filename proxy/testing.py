@@ -88,7 +88,9 @@ class SSE:
     (at most `pause` seconds) when it is given; `drop_after`: break the connection after that
     many events; `done`: finish with `data: [DONE]`. `chunk_sizes`: send the whole body (the
     events and `[DONE]`) cut into pieces of these many bytes, the sizes repeating; the pause and
-    the drop then count pieces, not events.
+    the drop then count pieces, not events. `completion`: the chat completion the events stream,
+    when there is one; a request that does not ask for a stream (a re-ask) gets it as JSON, as
+    a real server would answer the same turn.
     """
 
     events: list[bytes | dict[str, Any]]
@@ -98,12 +100,13 @@ class SSE:
     done: bool = True
     resume: threading.Event | None = None
     chunk_sizes: Sequence[int] | None = None
+    completion: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, completion: dict[str, Any], *, fragment: int = 4, **options: Any) -> SSE:
         """Stream `completion` as vLLM would (with its usage), in pieces of `fragment` chars."""
         chunks = completion_chunks(completion, fragment=fragment, include_usage=True)
-        return cls(list[bytes | dict[str, Any]](chunks), **options)
+        return cls(list[bytes | dict[str, Any]](chunks), completion=completion, **options)
 
     def pieces(self) -> list[bytes]:
         """The byte pieces this reply sends, in order."""
@@ -183,6 +186,8 @@ class ScriptedUpstream:
             return Response(content, status_code=reply.status, media_type="application/json")
         if isinstance(reply, dict) and body.get("stream"):
             reply = SSE.of(reply)
+        elif isinstance(reply, SSE) and reply.completion is not None and not body.get("stream"):
+            reply = reply.completion
         if isinstance(reply, SSE):
             return StreamingResponse(self._stream(reply), media_type="text/event-stream")
         return Response(orjson.dumps(reply), media_type="application/json")
