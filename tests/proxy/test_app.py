@@ -175,6 +175,31 @@ def test_session_api_lists_shows_and_deletes(
         )
 
 
+def test_a_session_id_with_slashes_is_shown_and_deleted_as_it_is_or_percent_encoded(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion(tool_calls=[tool_call("nope", {})]))
+    client = proxy.client()
+    for session in ("telecom/[mobile_data]/1", "telecom/[mobile_data]/2"):
+        client.chat.completions.create(
+            **make_request(), extra_headers={"x-session-id": session, "x-toolsentry-repair": "off"}
+        )
+    with proxy.http() as http:
+        shown = http.get("/v1/sessions/telecom/[mobile_data]/1").json()
+        encoded = http.get("/v1/sessions/telecom%2F%5Bmobile_data%5D%2F2").json()
+        assert (shown["session"], shown["errors"]) == ("telecom/[mobile_data]/1", 1)
+        assert (encoded["session"], encoded["errors"]) == ("telecom/[mobile_data]/2", 1)
+        deleted = http.delete("/v1/sessions/telecom%2F%5Bmobile_data%5D%2F1")
+        assert deleted.json() == {"id": "telecom/[mobile_data]/1", "deleted": True}
+        assert http.delete("/v1/sessions/telecom/[mobile_data]/2").status_code == 200
+        assert_openai_error(
+            http.get("/v1/sessions/telecom/[mobile_data]/1"), 404, "not_found_error"
+        )
+        assert_openai_error(
+            http.get("/v1/sessions/telecom%2F%5Bmobile_data%5D%2F2"), 404, "not_found_error"
+        )
+
+
 def test_session_id_falls_back_to_the_body_and_then_a_conversation_fingerprint(
     proxy: RunningProxy, upstream: RunningUpstream
 ) -> None:
