@@ -39,7 +39,13 @@ from proxy.metrics import Metrics, UnknownToolStats
 from proxy.session.budget import ErrorBudget, ExhaustionPolicy, resolve_session_id, tool_errors_in
 from proxy.session.stores import SessionRecord, SessionStore
 from proxy.streamservice import ChatStream, completion_stream, open_stream
-from proxy.upstream import Router, Upstream, UpstreamResponse, raise_for_status
+from proxy.upstream import (
+    Router,
+    Upstream,
+    UpstreamResponse,
+    chat_request_headers,
+    raise_for_status,
+)
 
 CHAT_PATH = "chat/completions"
 _MAX_MODEL_LABELS = 64
@@ -74,6 +80,7 @@ class Turn:
     upstream: Upstream
     started: float
     record: SessionRecord
+    forward: dict[str, str] = field(default_factory=dict)  # the client's headers for the upstream
     upstream_seconds: float = 0.0
     found: list[Violation] = field(default_factory=list)
     repaired: int = 0
@@ -205,7 +212,18 @@ class ChatService:
         )
         if tool_errors:
             self.metrics.violations.labels(model, Channel.TOOL_ERROR.value).inc(tool_errors)
-        turn = Turn(body, model, session, budget, repair, index, upstream, started, record)
+        turn = Turn(
+            body,
+            model,
+            session,
+            budget,
+            repair,
+            index,
+            upstream,
+            started,
+            record,
+            chat_request_headers(headers),
+        )
         if budget.exhausted(record.errors) and budget.policy is not ExhaustionPolicy.OBSERVE:
             self.metrics.budget_exhausted.labels(model).inc()
             self.metrics.requests.labels(
@@ -344,7 +362,7 @@ class ChatService:
         start = time.perf_counter()
         try:
             response = await turn.upstream.request(
-                "POST", CHAT_PATH, body=orjson.dumps(body), headers={}
+                "POST", CHAT_PATH, body=orjson.dumps(body), headers=turn.forward
             )
             raise_for_status(response, turn.upstream.name)
             return response

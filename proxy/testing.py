@@ -134,7 +134,8 @@ Handler = Callable[[dict[str, Any]], Reply]
 class ScriptedUpstream:
     """An OpenAI-compatible chat server that answers from `replies` (in order) or a `handler`.
 
-    When the script runs out, the last reply repeats. Every request body is kept in `requests`.
+    When the script runs out, the last reply repeats. Every request body is kept in `requests`,
+    its headers (names lower-cased) in `request_headers`.
     A completion (dict) answering a `stream: true` request is streamed as vLLM would
     (`SSE.of`). `pieces_sent` counts the SSE pieces written; `stream_cut` is set when a client
     closed a stream before its end.
@@ -152,6 +153,7 @@ class ScriptedUpstream:
         self.stream_cut = threading.Event()
         self.pieces_sent = 0
         self.client_ports: list[int] = []  # per chat request: the connection it came on
+        self.request_headers: list[dict[str, str]] = []
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
@@ -177,6 +179,7 @@ class ScriptedUpstream:
     async def _chat(self, request: Request) -> Response:
         body = orjson.loads(await request.body())
         self.requests.append(body)
+        self.request_headers.append(dict(request.headers.items()))
         self.client_ports.append(request.client.port if request.client else 0)
         reply = self._next(body)
         if isinstance(reply, Fault):
@@ -234,7 +237,12 @@ class ScriptedUpstream:
         raw = await request.body()
         return Response(
             orjson.dumps(
-                {"path": request.url.path, "method": request.method, "body": raw.decode()}
+                {
+                    "path": request.url.path,
+                    "method": request.method,
+                    "body": raw.decode(),
+                    "headers": dict(request.headers.items()),
+                }
             ),
             media_type="application/json",
         )

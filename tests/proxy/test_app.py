@@ -86,6 +86,19 @@ def test_other_endpoints_are_proxied_raw(proxy: RunningProxy) -> None:
     assert tokenize["path"] == "/tokenize"
 
 
+def test_a_raw_endpoint_keeps_the_clients_content_type_and_never_its_key(
+    proxy: RunningProxy,
+) -> None:
+    form = b'--b\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper\r\n--b--\r\n'
+    headers = {"content-type": "multipart/form-data; boundary=b", "authorization": "Bearer mine"}
+    with proxy.http() as http:
+        echoed = http.post("/v1/audio/transcriptions", content=form, headers=headers).json()
+        posted = http.post("/tokenize", content=b'{"prompt": "x"}').json()
+    assert echoed["headers"]["content-type"] == "multipart/form-data; boundary=b"
+    assert "authorization" not in echoed["headers"]
+    assert posted["headers"]["content-type"] == "application/json"  # the default for a body
+
+
 def test_invalid_json_is_a_400_in_the_openai_shape(proxy: RunningProxy) -> None:
     with proxy.http() as http:
         response = http.post(

@@ -54,6 +54,39 @@ def test_hallucinated_tool_is_reasked_and_client_receives_the_valid_call(
     assert session["errors"] == 0
 
 
+def test_the_clients_headers_reach_the_upstream_on_every_attempt_but_its_key_and_controls(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    proxy = make_proxy(
+        upstreams=[{"name": "s", "base_url": upstream.base_url, "api_key_env": "UPSTREAM_KEY"}],
+        environ={"UPSTREAM_KEY": "upstream-secret"},
+    )
+    upstream.script.push(
+        completion(tool_calls=[tool_call("cancel_order", {"order_id": "#W1"})]),
+        completion(tool_calls=[VALID_CANCEL]),
+    )
+    raw = chat(proxy, "s-headers", **{"x-request-id": "req-42", "x-tenant": "acme"})
+    assert raw.headers["x-toolsentry-repairs"] == "1"
+    first, reask = upstream.script.request_headers
+    for sent in (first, reask):
+        assert (sent["x-request-id"], sent["x-tenant"]) == ("req-42", "acme")
+        assert sent["authorization"] == "Bearer upstream-secret"  # never the client's key
+        assert sent["content-type"] == "application/json"
+        assert not [name for name in sent if name.startswith("x-toolsentry-")]
+    assert first["content-length"] != reask["content-length"]  # each body's own length
+
+
+def test_request_controls_for_the_proxy_are_not_sent_upstream(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion("Hi."))
+    chat(proxy, "s-controls", **{"x-toolsentry-repair": "off", "x-toolsentry-max-errors": "3"})
+    [sent] = upstream.script.request_headers
+    assert "authorization" not in sent  # no key configured: the client's is not passed on
+    assert not [name for name in sent if name.startswith("x-toolsentry-")]
+    assert sent["x-session-id"] == "s-controls"
+
+
 @pytest.mark.parametrize(
     ("bad_call", "channel"),
     [

@@ -234,6 +234,24 @@ def test_a_hallucinated_call_is_repaired_by_a_plain_reask_and_emitted_in_the_sam
     )
 
 
+def test_the_clients_headers_reach_the_upstream_with_the_stream_and_the_reask(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(
+        completion(tool_calls=[HALLUCINATED]), completion(tool_calls=[VALID_CANCEL])
+    )
+    streamed = stream_chat(
+        proxy, "s-fwd", **{"x-request-id": "req-9", "x-toolsentry-repair": "reask"}
+    )
+    assert streamed.summary["repairs"] == 1
+    opened, reask = upstream.script.request_headers
+    for sent in (opened, reask):
+        assert sent["x-request-id"] == "req-9"
+        assert sent["content-type"] == "application/json"
+        assert "x-toolsentry-repair" not in sent
+        assert "authorization" not in sent
+
+
 def test_stream_headers_reflect_the_session_as_the_stream_starts(
     make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
 ) -> None:
