@@ -35,6 +35,7 @@ from proxy.guard.repair import (
     strip_invalid,
 )
 from proxy.guard.toolcheck import GuardLimits, ToolIndex, compile_tools, validate
+from proxy.logs import get_logger
 from proxy.metrics import Metrics, UnknownToolStats
 from proxy.session.budget import ErrorBudget, ExhaustionPolicy, resolve_session_id, tool_errors_in
 from proxy.session.stores import SessionRecord, SessionStore
@@ -158,8 +159,8 @@ class ChatService:
         if isinstance(turn_or_result, ChatResult):
             return turn_or_result
         turn = turn_or_result
-        response = await self._call(turn, body)
         try:
+            response = await self._call(turn, body)
             completion, choices = parse_completion(response.json(), turn.upstream.name)
         except UpstreamError as exc:
             await self.upstream_failed(turn, exc)
@@ -254,12 +255,7 @@ class ChatService:
             turn.outcomes["valid"] += len(message.get("tool_calls") or ())
             return SettledChoice(message, finish_reason, [], False, [], [], False)
 
-        turn.found.extend(found)
-        for violation in found:
-            self.metrics.violations.labels(turn.model, violation.channel.value).inc()
-            if violation.channel is Channel.UNKNOWN_TOOL and violation.tool_name is not None:
-                self.unknown_tools.add(turn.model, violation.tool_name)
-
+        self._count_found(turn, found)
         current, reason, remaining = message, finish_reason, found
         extra_usage: list[dict[str, Any]] = []
         if self.settings.local_fixes:
@@ -342,23 +338,38 @@ class ChatService:
         )
         return self.headers(turn)
 
-    async def upstream_failed(self, turn: Turn, exc: UpstreamError) -> None:
-        """Count an upstream failure (after retries) in the session and metrics."""
-        if isinstance(exc, UpstreamStatusError) and exc.status < 500:
-            self.metrics.requests.labels(turn.model, str(exc.status)).inc()
-            return
-        await self.store.record(
-            turn.session,
-            max_errors=turn.budget.max_errors,
-            channels={Channel.UPSTREAM_ERROR.value: 1},
-            now=time.time(),
-        )
-        self.metrics.violations.labels(turn.model, Channel.UPSTREAM_ERROR.value).inc()
-        self.metrics.requests.labels(turn.model, str(exc.status_code)).inc()
+    async def upstream_failed(
+        self, turn: Turn, exc: UpstreamError, *, ends_request: bool = True
+    ) -> None:
+        """Count an upstream failure (after retries) in the session and metrics.
+
+        `ends_request`: the client's request fails with it and is counted under its status;
+        False for a re-ask, whose failure leaves the turn to finish with the original response.
+        """
+        # A refusal (4xx) is the upstream answering the request, with the status the client gets.
+        refused = exc.status if isinstance(exc, UpstreamStatusError) and exc.status < 500 else None
+        if refused is None:
+            await self.store.record(
+                turn.session,
+                max_errors=turn.budget.max_errors,
+                channels={Channel.UPSTREAM_ERROR.value: 1},
+                now=time.time(),
+            )
+            self.metrics.violations.labels(turn.model, Channel.UPSTREAM_ERROR.value).inc()
+        if ends_request:
+            self.metrics.requests.labels(turn.model, str(refused or exc.status_code)).inc()
 
     # -- internals ------------------------------------------------------------------------------
 
+    def _count_found(self, turn: Turn, violations: list[Violation]) -> None:
+        turn.found.extend(violations)
+        for violation in violations:
+            self.metrics.violations.labels(turn.model, violation.channel.value).inc()
+            if violation.channel is Channel.UNKNOWN_TOOL and violation.tool_name is not None:
+                self.unknown_tools.add(turn.model, violation.tool_name)
+
     async def _call(self, turn: Turn, body: dict[str, Any]) -> UpstreamResponse:
+        """One non-streamed upstream call; raises UpstreamError, which the caller counts."""
         start = time.perf_counter()
         try:
             response = await turn.upstream.request(
@@ -366,9 +377,6 @@ class ChatService:
             )
             raise_for_status(response, turn.upstream.name)
             return response
-        except UpstreamError as exc:
-            await self.upstream_failed(turn, exc)
-            raise
         finally:
             turn.upstream_seconds += time.perf_counter() - start
 
@@ -388,14 +396,20 @@ class ChatService:
         for _ in range(self.settings.max_reasks):
             conversation.extend(corrective_messages(message, violations, turn.index))
             request["messages"] = conversation
+            # A failed re-ask leaves the failure it was to repair in place; the request goes on.
             try:
                 response = await self._call(turn, request)
                 completion, choices = parse_completion(response.json(), turn.upstream.name)
-                message = choices[0]["message"]
-                finish_reason = choices[0].get("finish_reason")
-            except (UpstreamError, IndexError):
-                # A failed re-ask leaves the original failure in place; it does not fail the request.
+            except UpstreamError as exc:
+                await self.upstream_failed(turn, exc, ends_request=False)
+                get_logger().warning(
+                    "reask_failed", session=turn.session, model=turn.model, error=exc.message
+                )
                 break
+            if not choices:
+                break
+            message = choices[0]["message"]
+            finish_reason = choices[0].get("finish_reason")
             if isinstance(completion.get("usage"), dict):
                 usages.append(completion["usage"])
             violations = validate(

@@ -371,3 +371,34 @@ def test_a_200_that_is_not_a_chat_completion_is_a_clear_502(
     assert caught.value.status_code == 502
     assert "not a chat completion" in caught.value.message
     assert proxy.session("s-proto")["channels"] == {"upstream_error": 1}
+
+
+@pytest.mark.parametrize(
+    ("failure", "channels"),
+    [
+        (Fault(400, {"error": {"message": "prompt too long"}}), {"unknown_tool": 1}),
+        (
+            Fault(500, {"error": {"message": "engine died"}}),
+            {"unknown_tool": 1, "upstream_error": 1},
+        ),
+        (b"not json", {"unknown_tool": 1, "upstream_error": 1}),
+    ],
+    ids=["400", "500", "not-json"],
+)
+def test_a_failed_reask_passes_the_original_failure_through_as_one_request(
+    proxy: RunningProxy, upstream: RunningUpstream, failure: Fault | bytes, channels: dict[str, int]
+) -> None:
+    bad = tool_call("cancel_order", {"order_id": "#W1"})
+    reply = failure if isinstance(failure, Fault) else Fault(200, failure)
+    upstream.script.push(completion(tool_calls=[bad]), reply)
+    raw = chat(proxy, "s-reask-failed")
+    assert raw.parse().choices[0].message.tool_calls[0].function.name == "cancel_order"
+    assert len(upstream.script.requests) == 2  # a failed re-ask is not retried by another
+    record = proxy.session("s-reask-failed")
+    assert (record["errors"], record["channels"]) == (1, channels)
+    text = proxy.metrics()
+    requests = {
+        status: metric(text, "toolsentry_requests_total", model="scripted-model", status=status)
+        for status in ("200", "400", "500", "502")
+    }
+    assert requests == {"200": 1, "400": 0, "500": 0, "502": 0}

@@ -331,6 +331,20 @@ def test_an_unrepairable_call_passes_through_the_stream_and_costs_one_error(
     assert proxy.session("s-unrep")["errors"] == 1
 
 
+def test_a_failed_reask_leaves_the_call_to_pass_through_the_stream_as_one_request(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion(tool_calls=[HALLUCINATED]), Fault(500, b"engine died"))
+    streamed = stream_chat(proxy, "s-reask-500")
+    assert streamed.completion.choices[0].message.tool_calls[0].function.name == "cancel_order"
+    assert streamed.summary["violations"] == ["unknown_tool"]
+    record = proxy.session("s-reask-500")
+    assert (record["errors"], record["channels"]) == (1, {"unknown_tool": 1, "upstream_error": 1})
+    text = proxy.metrics()
+    assert metric(text, "toolsentry_requests_total", model="scripted-model", status="200") == 1
+    assert metric(text, "toolsentry_requests_total", model="scripted-model", status="502") == 0
+
+
 def test_on_unrepaired_strip_removes_the_invalid_call_from_the_stream(
     make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
 ) -> None:
@@ -576,6 +590,11 @@ INVALID_CALLS = [
     ("get_order_details", {"order_id": 7}),  # wrong type
 ]
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=30)
+
+
+LEAKED_CALL = (
+    '<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W1"}}</tool_call>'
+)
 
 
 @dataclass
