@@ -292,6 +292,9 @@ class ChatService:
                 reason = "stop"
             return SettledChoice(stripped, reason, found, False, [], extra_usage, True)
         turn.unrepaired.extend(remaining)
+        # What the client gets is reported and counted in its channels, also where a re-ask
+        # failed otherwise than the original response did.
+        self._count_found(turn, beyond(remaining, found))
         bad = {v.call_index for v in remaining}
         calls = current.get("tool_calls") or []
         turn.outcomes["invalid"] += sum(1 for i in range(len(calls)) if i in bad)
@@ -493,6 +496,23 @@ def parse_completion(data: Any, upstream: str) -> tuple[dict[str, Any], list[dic
         if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
             raise UpstreamProtocolError(f"upstream '{upstream}' sent a choice without a message")
     return data, choices
+
+
+def beyond(delivered: list[Violation], found: list[Violation]) -> list[Violation]:
+    """The violations of `delivered` that `found` has no counterpart for, channel by channel.
+
+    A turn counts, per channel, the larger of what the upstream's first response had and what
+    the client finally got: a failure repeated on every re-ask is one failure, a different one
+    is another. Returns the delivered violations in excess, in order.
+    """
+    spare = Counter(v.channel for v in found)
+    extra = []
+    for violation in delivered:
+        if spare[violation.channel]:
+            spare[violation.channel] -= 1
+        else:
+            extra.append(violation)
+    return extra
 
 
 def sum_usage(usages: list[dict[str, Any]]) -> dict[str, Any]:

@@ -402,3 +402,44 @@ def test_a_failed_reask_passes_the_original_failure_through_as_one_request(
         for status in ("200", "400", "500", "502")
     }
     assert requests == {"200": 1, "400": 0, "500": 0, "502": 0}
+
+
+LEAKED_AND_CUT = (
+    '<tool_call>\n{"name": "cancel_order", "arguments": {"order_id": "#W1"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "get_order_'
+)
+
+
+def test_a_reask_that_fails_otherwise_is_reported_and_counted_as_what_the_client_gets(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(
+        completion(tool_calls=[tool_call("cancel_order", {"order_id": "#W1"})]),
+        completion(LEAKED_AND_CUT, finish_reason="length"),
+    )
+    raw = chat(proxy, "s-otherwise")
+    assert raw.parse().choices[0].message.content == LEAKED_AND_CUT
+    assert raw.headers["x-toolsentry-violations"] == "unknown_tool,leaked_tool_call,truncated"
+    assert raw.headers["x-toolsentry-errors"] == "2"
+    record = proxy.session("s-otherwise")
+    assert (record["errors"], record["channels"]) == (
+        2,
+        {"unknown_tool": 1, "leaked_tool_call": 1, "truncated": 1},
+    )
+    text = proxy.metrics()
+    for channel in ("unknown_tool", "leaked_tool_call", "truncated"):
+        counted = metric(
+            text, "toolsentry_violations_total", model="scripted-model", channel=channel
+        )
+        assert counted == 1, channel
+
+
+def test_a_failure_repeated_on_every_reask_is_counted_once(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion(tool_calls=[tool_call("cancel_order", {"order_id": "#W1"})]))
+    raw = chat(proxy, "s-repeated")
+    assert len(upstream.script.requests) == 3
+    assert raw.headers["x-toolsentry-violations"] == "unknown_tool"
+    record = proxy.session("s-repeated")
+    assert (record["errors"], record["channels"]) == (1, {"unknown_tool": 1})

@@ -619,7 +619,8 @@ def is_valid(reply: dict[str, Any]) -> bool:
 def scenarios(draw: st.DrawFn) -> Scenario:
     """A completion with one or two choices of content and valid or invalid tool calls, and
     the upstream's answers to the re-asks: each invalid choice is fixed on the first re-ask
-    (same content, valid calls) or repeated on every re-ask.
+    (same content, valid calls), repeated on every re-ask, or fails otherwise on every re-ask
+    (a call leaked after the same content: a stream can still send content that extends).
 
     The guard itself says which choices are invalid: the text may hold a leaked call (hypothesis
     draws the leak markers the guard looks for), which no hand-written rule here would foresee.
@@ -639,10 +640,14 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             continue
         fixed = [tool_call(*VALID_CALLS[i % 3]) for _, i in picks]
         repaired = completion(content or "Done.", tool_calls=fixed or None)
-        if is_valid(repaired) and draw(st.booleans()):
+        otherwise = completion((content or "") + LEAKED_CALL, tool_calls=calls or None)
+        answer = draw(st.sampled_from(["fixed", "repeated", "otherwise"]))
+        if answer == "fixed" and is_valid(repaired):
             reasks.append(repaired)
+        elif answer == "otherwise" and not is_valid(otherwise):
+            reasks += [otherwise] * 2  # max_reasks
         else:
-            reasks += [completion(content, tool_calls=calls or None)] * 2  # max_reasks
+            reasks += [completion(content, tool_calls=calls or None)] * 2
     return Scenario(
         first,
         reasks,
