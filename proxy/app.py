@@ -343,7 +343,8 @@ def create_app(
         records = await session_store.list(order=order, limit=max(1, min(limit, 1000)))  # type: ignore[arg-type]
         return JSONBytes(orjson.dumps({"object": "list", "data": [r.to_dict() for r in records]}))
 
-    @app.get("/v1/sessions/{session_id}")
+    # Session ids may hold slashes (τ²-bench task ids do), as they are or percent-encoded.
+    @app.get("/v1/sessions/{session_id:path}")
     async def get_session(request: Request, session_id: str) -> Response:
         require_admin(request)
         record = await session_store.get(session_id)
@@ -351,7 +352,7 @@ def create_app(
             raise NotFoundError(f"no session '{session_id}'", param="session_id")
         return JSONBytes(orjson.dumps(record.to_dict()))
 
-    @app.delete("/v1/sessions/{session_id}")
+    @app.delete("/v1/sessions/{session_id:path}")
     async def delete_session(request: Request, session_id: str) -> Response:
         require_admin(request)
         if not await session_store.delete(session_id):

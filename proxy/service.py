@@ -36,11 +36,18 @@ from proxy.guard.repair import (
     strip_invalid,
 )
 from proxy.guard.toolcheck import GuardLimits, ToolIndex, compile_tools, validate
+from proxy.logs import get_logger
 from proxy.metrics import Metrics, UnknownToolStats
 from proxy.session.budget import ErrorBudget, ExhaustionPolicy, resolve_session_id, tool_errors_in
 from proxy.session.stores import SessionRecord, SessionStore
 from proxy.streamservice import ChatStream, completion_stream, open_stream
-from proxy.upstream import Router, Upstream, UpstreamResponse, raise_for_status
+from proxy.upstream import (
+    Router,
+    Upstream,
+    UpstreamResponse,
+    chat_request_headers,
+    raise_for_status,
+)
 
 CHAT_PATH = "chat/completions"
 _MAX_MODEL_LABELS = 64
@@ -75,6 +82,7 @@ class Turn:
     upstream: Upstream
     started: float
     record: SessionRecord
+    forward: dict[str, str] = field(default_factory=dict)  # the client's headers for the upstream
     upstream_seconds: float = 0.0
     found: list[Violation] = field(default_factory=list)
     repaired: int = 0
@@ -154,8 +162,8 @@ class ChatService:
         if isinstance(turn_or_result, ChatResult):
             return turn_or_result
         turn = turn_or_result
-        response = await self._call(turn, body)
         try:
+            response = await self._call(turn, body)
             completion, choices = parse_completion(response.json(), turn.upstream.name)
         except UpstreamError as exc:
             await self.upstream_failed(turn, exc)
@@ -208,7 +216,18 @@ class ChatService:
         )
         if tool_errors:
             self.metrics.violations.labels(model, Channel.TOOL_ERROR.value).inc(tool_errors)
-        turn = Turn(body, model, session, budget, repair, index, upstream, started, record)
+        turn = Turn(
+            body,
+            model,
+            session,
+            budget,
+            repair,
+            index,
+            upstream,
+            started,
+            record,
+            chat_request_headers(headers),
+        )
         if budget.exhausted(record.errors) and budget.policy is not ExhaustionPolicy.OBSERVE:
             self.metrics.budget_exhausted.labels(model).inc()
             self.metrics.requests.labels(
@@ -239,12 +258,7 @@ class ChatService:
             turn.outcomes["valid"] += len(message.get("tool_calls") or ())
             return SettledChoice(message, finish_reason, [], False, [], [], False)
 
-        turn.found.extend(found)
-        for violation in found:
-            self.metrics.violations.labels(turn.model, violation.channel.value).inc()
-            if violation.channel is Channel.UNKNOWN_TOOL and violation.tool_name is not None:
-                self.unknown_tools.add(turn.model, violation.tool_name)
-
+        self._count_found(turn, found)
         current, reason, remaining = message, finish_reason, found
         extra_usage: list[dict[str, Any]] = []
         if self.settings.local_fixes:
@@ -281,6 +295,9 @@ class ChatService:
                 reason = "stop"
             return SettledChoice(stripped, reason, found, False, [], extra_usage, True)
         turn.unrepaired.extend(remaining)
+        # What the client gets is reported and counted in its channels, also where a re-ask
+        # failed otherwise than the original response did.
+        self._count_found(turn, beyond(remaining, found))
         bad = {v.call_index for v in remaining}
         calls = current.get("tool_calls") or []
         turn.outcomes["invalid"] += sum(1 for i in range(len(calls)) if i in bad)
@@ -327,33 +344,45 @@ class ChatService:
         )
         return self.headers(turn)
 
-    async def upstream_failed(self, turn: Turn, exc: UpstreamError) -> None:
-        """Count an upstream failure (after retries) in the session and metrics."""
-        if isinstance(exc, UpstreamStatusError) and exc.status < 500:
-            self.metrics.requests.labels(turn.model, str(exc.status)).inc()
-            return
-        await self.store.record(
-            turn.session,
-            max_errors=turn.budget.max_errors,
-            channels={Channel.UPSTREAM_ERROR.value: 1},
-            now=time.time(),
-        )
-        self.metrics.violations.labels(turn.model, Channel.UPSTREAM_ERROR.value).inc()
-        self.metrics.requests.labels(turn.model, str(status_of(exc))).inc()
+    async def upstream_failed(
+        self, turn: Turn, exc: UpstreamError, *, ends_request: bool = True
+    ) -> None:
+        """Count an upstream failure (after retries) in the session and metrics.
+
+        `ends_request`: the client's request fails with it and is counted under its status;
+        False for a re-ask, whose failure leaves the turn to finish with the original response.
+        """
+        # A refusal (4xx) is the upstream answering the request, with the status the client gets.
+        refused = exc.status if isinstance(exc, UpstreamStatusError) and exc.status < 500 else None
+        if refused is None:
+            await self.store.record(
+                turn.session,
+                max_errors=turn.budget.max_errors,
+                channels={Channel.UPSTREAM_ERROR.value: 1},
+                now=time.time(),
+            )
+            self.metrics.violations.labels(turn.model, Channel.UPSTREAM_ERROR.value).inc()
+        if ends_request:
+            self.metrics.requests.labels(turn.model, str(refused or status_of(exc))).inc()
 
     # -- internals ------------------------------------------------------------------------------
 
+    def _count_found(self, turn: Turn, violations: list[Violation]) -> None:
+        turn.found.extend(violations)
+        for violation in violations:
+            self.metrics.violations.labels(turn.model, violation.channel.value).inc()
+            if violation.channel is Channel.UNKNOWN_TOOL and violation.tool_name is not None:
+                self.unknown_tools.add(turn.model, violation.tool_name)
+
     async def _call(self, turn: Turn, body: dict[str, Any]) -> UpstreamResponse:
+        """One non-streamed upstream call; raises UpstreamError, which the caller counts."""
         start = time.perf_counter()
         try:
             response = await turn.upstream.request(
-                "POST", CHAT_PATH, body=orjson.dumps(body), headers={}
+                "POST", CHAT_PATH, body=orjson.dumps(body), headers=turn.forward
             )
             raise_for_status(response, turn.upstream.name)
             return response
-        except UpstreamError as exc:
-            await self.upstream_failed(turn, exc)
-            raise
         finally:
             turn.upstream_seconds += time.perf_counter() - start
 
@@ -373,14 +402,20 @@ class ChatService:
         for _ in range(self.settings.max_reasks):
             conversation.extend(corrective_messages(message, violations, turn.index))
             request["messages"] = conversation
+            # A failed re-ask leaves the failure it was to repair in place; the request goes on.
             try:
                 response = await self._call(turn, request)
                 completion, choices = parse_completion(response.json(), turn.upstream.name)
-                message = choices[0]["message"]
-                finish_reason = choices[0].get("finish_reason")
-            except (UpstreamError, IndexError):
-                # A failed re-ask leaves the original failure in place; it does not fail the request.
+            except UpstreamError as exc:
+                await self.upstream_failed(turn, exc, ends_request=False)
+                get_logger().warning(
+                    "reask_failed", session=turn.session, model=turn.model, error=exc.message
+                )
                 break
+            if not choices:
+                break
+            message = choices[0]["message"]
+            finish_reason = choices[0].get("finish_reason")
             if isinstance(completion.get("usage"), dict):
                 usages.append(completion["usage"])
             violations = validate(
@@ -464,6 +499,23 @@ def parse_completion(data: Any, upstream: str) -> tuple[dict[str, Any], list[dic
         if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
             raise UpstreamProtocolError(f"upstream '{upstream}' sent a choice without a message")
     return data, choices
+
+
+def beyond(delivered: list[Violation], found: list[Violation]) -> list[Violation]:
+    """The violations of `delivered` that `found` has no counterpart for, channel by channel.
+
+    A turn counts, per channel, the larger of what the upstream's first response had and what
+    the client finally got: a failure repeated on every re-ask is one failure, a different one
+    is another. Returns the delivered violations in excess, in order.
+    """
+    spare = Counter(v.channel for v in found)
+    extra = []
+    for violation in delivered:
+        if spare[violation.channel]:
+            spare[violation.channel] -= 1
+        else:
+            extra.append(violation)
+    return extra
 
 
 def sum_usage(usages: list[dict[str, Any]]) -> dict[str, Any]:

@@ -120,7 +120,7 @@ async def open_stream(service: ChatService, turn: Turn, path: str) -> ChatStream
         started = time.perf_counter()
         try:
             upstream = await resources.enter_async_context(
-                turn.upstream.stream(path, body=orjson.dumps(turn.body), headers={})
+                turn.upstream.stream(path, body=orjson.dumps(turn.body), headers=turn.forward)
             )
             if upstream.status >= 400:
                 data = b"".join([chunk async for chunk in upstream.chunks])

@@ -99,7 +99,9 @@ class SSE:
     (at most `pause` seconds) when it is given; `drop_after`: break the connection after that
     many events; `done`: finish with `data: [DONE]`. `chunk_sizes`: send the whole body (the
     events and `[DONE]`) cut into pieces of these many bytes, the sizes repeating; the pause and
-    the drop then count pieces, not events.
+    the drop then count pieces, not events. `completion`: the chat completion the events stream,
+    when there is one; a request that does not ask for a stream (a re-ask) gets it as JSON, as
+    a real server would answer the same turn.
     """
 
     events: list[bytes | dict[str, Any]]
@@ -109,12 +111,13 @@ class SSE:
     done: bool = True
     resume: threading.Event | None = None
     chunk_sizes: Sequence[int] | None = None
+    completion: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, completion: dict[str, Any], *, fragment: int = 4, **options: Any) -> SSE:
         """Stream `completion` as vLLM would (with its usage), in pieces of `fragment` chars."""
         chunks = completion_chunks(completion, fragment=fragment, include_usage=True)
-        return cls(list[bytes | dict[str, Any]](chunks), **options)
+        return cls(list[bytes | dict[str, Any]](chunks), completion=completion, **options)
 
     def pieces(self) -> list[bytes]:
         """The byte pieces this reply sends, in order."""
@@ -191,8 +194,8 @@ class ScriptedUpstream:
     async def _chat(self, request: Request) -> Response:
         body = orjson.loads(await request.body())
         self.requests.append(body)
+        self.request_headers.append(dict(request.headers.items()))
         self.client_ports.append(request.client.port if request.client else 0)
-        self.request_headers.append(dict(request.headers))
         reply = self._next(body)
         if isinstance(reply, Fault):
             if reply.delay:
@@ -206,6 +209,8 @@ class ScriptedUpstream:
             return Response(b"")  # never sent: the connection is gone
         if isinstance(reply, dict) and body.get("stream"):
             reply = SSE.of(reply)
+        elif isinstance(reply, SSE) and reply.completion is not None and not body.get("stream"):
+            reply = reply.completion
         if isinstance(reply, SSE):
             return StreamingResponse(self._stream(reply), media_type="text/event-stream")
         return Response(orjson.dumps(reply), media_type="application/json")
@@ -252,7 +257,12 @@ class ScriptedUpstream:
         raw = await request.body()
         return Response(
             orjson.dumps(
-                {"path": request.url.path, "method": request.method, "body": raw.decode()}
+                {
+                    "path": request.url.path,
+                    "method": request.method,
+                    "body": raw.decode(),
+                    "headers": dict(request.headers.items()),
+                }
             ),
             media_type="application/json",
         )

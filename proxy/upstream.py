@@ -86,7 +86,11 @@ class UpstreamStream:
 
 
 class Upstream(Protocol):
-    """What the service needs from an upstream. `AiohttpUpstream` is the implementation."""
+    """What the service needs from an upstream. `AiohttpUpstream` is the implementation.
+
+    `headers` are the client's headers as they may be forwarded (`chat_request_headers`,
+    `forwardable_headers`); the upstream adds its own key and a JSON content type by default.
+    """
 
     name: str
 
@@ -108,6 +112,34 @@ def forwardable_headers(headers: Mapping[str, str]) -> dict[str, str]:
         for k, v in headers.items()
         if k.lower() not in _HOP_HEADERS and k.lower() != "authorization"
     }
+
+
+# A chat completion's body is re-encoded by the proxy, which sets its type and length; the
+# upstream's key comes only from configuration.
+_NOT_FORWARDED_WITH_CHAT = _HOP_HEADERS | {"authorization", "content-type"}
+_PROXY_HEADERS = "x-toolsentry-"
+
+
+def chat_request_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The client's request headers to send upstream with a chat completion, names lower-cased.
+
+    All of them (`x-request-id`, custom headers, …) but hop-by-hop ones (also those the
+    `connection` header names), `authorization`, `content-type`/`content-length` (the proxy
+    re-encodes the body) and the proxy's own `x-toolsentry-*` controls. One pass over `headers`.
+    """
+    out: dict[str, str] = {}
+    connection: str | None = None
+    for name, value in headers.items():
+        key = name.lower()
+        if key in _NOT_FORWARDED_WITH_CHAT or key.startswith(_PROXY_HEADERS):
+            if key == "connection":
+                connection = value
+            continue
+        out[key] = value
+    if connection:
+        for token in connection.split(","):
+            out.pop(token.strip().lower(), None)
+    return out
 
 
 class AiohttpUpstream:
@@ -157,9 +189,12 @@ class AiohttpUpstream:
         return f"{self.config.base_url}/{path}"
 
     def _headers(self, headers: Mapping[str, str], has_body: bool) -> dict[str, str]:
-        out = forwardable_headers(headers)
+        # Callers filter what may be forwarded (chat_request_headers, forwardable_headers) once
+        # per client request; a re-ask reuses it. The credential rule is kept here all the same.
+        out = dict(headers)
+        out.pop("authorization", None)
         if has_body:
-            out["content-type"] = "application/json"
+            out.setdefault("content-type", "application/json")
         if self._api_key:
             out["authorization"] = f"Bearer {self._api_key}"
         return out

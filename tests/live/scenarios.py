@@ -10,9 +10,11 @@ from typing import Any
 
 import jsonschema
 from openai import OpenAI
+from openai.types.chat import ChatCompletionChunk
 from prometheus_client.parser import text_string_to_metric_families
 
 MODEL = "gemma-270m"
+SUMMARY_PREFIX = ": x-toolsentry "
 
 GET_ORDER_DETAILS: dict[str, Any] = {
     "type": "function",
@@ -184,20 +186,36 @@ def tool_choice_for(prompt: Prompt, choice: str) -> str | dict[str, Any]:
 
 @dataclass(frozen=True)
 class Received:
-    """What a client got: the proxy's headers, the (accumulated) message and its finish reason."""
+    """What a client got: the proxy's headers, the (accumulated) message and its finish reason,
+    and for a stream the proxy's summary comment sent before `[DONE]` (None if there was none)."""
 
     headers: dict[str, str]
     message: dict[str, Any]
     finish_reason: str | None
+    summary: dict[str, Any] | None = None
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """The proxy's account of this turn in the summary's shape: the summary comment of a
+        stream (its headers went out before the turn was settled), else the response headers."""
+        if self.summary is not None:
+            return self.summary
+        raw = self.headers.get("x-toolsentry-violations", "")
+        return {
+            "session": self.headers.get("x-toolsentry-session"),
+            "errors": int(self.headers.get("x-toolsentry-errors", "0")),
+            "max_errors": int(self.headers.get("x-toolsentry-max-errors", "0")),
+            "repairs": int(self.headers.get("x-toolsentry-repairs", "0")),
+            "violations": [part.strip() for part in raw.split(",") if part.strip()],
+        }
 
     @property
     def violations(self) -> set[str]:
-        raw = self.headers.get("x-toolsentry-violations", "")
-        return {part.strip() for part in raw.split(",") if part.strip()}
+        return set(self.report["violations"])
 
     @property
     def repairs(self) -> int:
-        return int(self.headers.get("x-toolsentry-repairs", "0"))
+        return int(self.report["repairs"])
 
 
 def send(
@@ -218,14 +236,45 @@ def send(
         "temperature": 0,
         **prompt.sampling,
     }
-    raw = client.chat.completions.with_raw_response.create(
-        **params, stream=stream, extra_headers={"x-session-id": session}
-    )
-    headers = {k.lower(): v for k, v in raw.headers.items()}
     if not stream:
+        raw = client.chat.completions.with_raw_response.create(
+            **params, extra_headers={"x-session-id": session}
+        )
         choice_out = raw.parse().choices[0]
+        headers = {k.lower(): v for k, v in raw.headers.items()}
         return Received(headers, choice_out.message.model_dump(), choice_out.finish_reason)
-    return Received(headers, *accumulate(chunk.model_dump() for chunk in raw.parse()))
+    # Read raw, so that the summary comment (which the SDK's decoder skips) is seen too.
+    with client.chat.completions.with_streaming_response.create(
+        **params, stream=True, extra_headers={"x-session-id": session}
+    ) as response:
+        headers = {k.lower(): v for k, v in response.headers.items()}
+        chunks, summary = read_stream(response.iter_lines())
+    return Received(headers, *accumulate(chunks), summary=summary)
+
+
+def read_stream(lines: Any) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The chunks of an SSE chat stream (each checked against the SDK's chunk type) and the
+    proxy's `: x-toolsentry {…}` summary, if it sent one.
+
+    Raises AssertionError on an `{"error": …}` event or a stream that ends without `[DONE]`.
+    """
+    chunks: list[dict[str, Any]] = []
+    summary: dict[str, Any] | None = None
+    done = False
+    for line in lines:
+        if line.startswith(SUMMARY_PREFIX):
+            assert summary is None, "two summary comments in one stream"
+            summary = json.loads(line[len(SUMMARY_PREFIX) :])
+        elif line.startswith("data:"):
+            payload = line[len("data:") :].strip()
+            if payload == "[DONE]":
+                done = True
+                continue
+            data = json.loads(payload)
+            assert "error" not in data, f"the stream ended with an error event: {data['error']}"
+            chunks.append(ChatCompletionChunk.model_validate(data).model_dump())
+    assert done, "the stream ended without [DONE]"
+    return chunks, summary
 
 
 def accumulate(chunks: Any) -> tuple[dict[str, Any], str | None]:

@@ -80,10 +80,10 @@ def upstream() -> Iterator[RunningUpstream]:
 def make_proxy(upstream: RunningUpstream) -> Iterator[Callable[..., RunningProxy]]:
     started: list[RunningProxy] = []
 
-    def make(**overrides: Any) -> RunningProxy:
+    def make(*, environ: dict[str, str] | None = None, **overrides: Any) -> RunningProxy:
         overrides.setdefault("upstreams", [{"name": "scripted", "base_url": upstream.base_url}])
         settings = Settings(**overrides)
-        app = create_app(settings)
+        app = create_app(settings, environ=environ if environ is not None else {})
         running = RunningProxy(LoopbackServer(app).start(), settings, app)
         started.append(running)
         return running

@@ -86,6 +86,19 @@ def test_other_endpoints_are_proxied_raw(proxy: RunningProxy) -> None:
     assert tokenize["path"] == "/tokenize"
 
 
+def test_a_raw_endpoint_keeps_the_clients_content_type_and_never_its_key(
+    proxy: RunningProxy,
+) -> None:
+    form = b'--b\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper\r\n--b--\r\n'
+    headers = {"content-type": "multipart/form-data; boundary=b", "authorization": "Bearer mine"}
+    with proxy.http() as http:
+        echoed = http.post("/v1/audio/transcriptions", content=form, headers=headers).json()
+        posted = http.post("/tokenize", content=b'{"prompt": "x"}').json()
+    assert echoed["headers"]["content-type"] == "multipart/form-data; boundary=b"
+    assert "authorization" not in echoed["headers"]
+    assert posted["headers"]["content-type"] == "application/json"  # the default for a body
+
+
 def test_invalid_json_is_a_400_in_the_openai_shape(proxy: RunningProxy) -> None:
     with proxy.http() as http:
         response = http.post(
@@ -172,6 +185,31 @@ def test_session_api_lists_shows_and_deletes(
         assert_openai_error(http.get("/v1/sessions/noisy"), 404, "not_found_error")
         assert_openai_error(
             http.get("/v1/sessions", params={"order": "sideways"}), 400, "invalid_request_error"
+        )
+
+
+def test_a_session_id_with_slashes_is_shown_and_deleted_as_it_is_or_percent_encoded(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion(tool_calls=[tool_call("nope", {})]))
+    client = proxy.client()
+    for session in ("telecom/[mobile_data]/1", "telecom/[mobile_data]/2"):
+        client.chat.completions.create(
+            **make_request(), extra_headers={"x-session-id": session, "x-toolsentry-repair": "off"}
+        )
+    with proxy.http() as http:
+        shown = http.get("/v1/sessions/telecom/[mobile_data]/1").json()
+        encoded = http.get("/v1/sessions/telecom%2F%5Bmobile_data%5D%2F2").json()
+        assert (shown["session"], shown["errors"]) == ("telecom/[mobile_data]/1", 1)
+        assert (encoded["session"], encoded["errors"]) == ("telecom/[mobile_data]/2", 1)
+        deleted = http.delete("/v1/sessions/telecom%2F%5Bmobile_data%5D%2F1")
+        assert deleted.json() == {"id": "telecom/[mobile_data]/1", "deleted": True}
+        assert http.delete("/v1/sessions/telecom/[mobile_data]/2").status_code == 200
+        assert_openai_error(
+            http.get("/v1/sessions/telecom/[mobile_data]/1"), 404, "not_found_error"
+        )
+        assert_openai_error(
+            http.get("/v1/sessions/telecom%2F%5Bmobile_data%5D%2F2"), 404, "not_found_error"
         )
 
 

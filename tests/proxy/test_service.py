@@ -54,6 +54,39 @@ def test_hallucinated_tool_is_reasked_and_client_receives_the_valid_call(
     assert session["errors"] == 0
 
 
+def test_the_clients_headers_reach_the_upstream_on_every_attempt_but_its_key_and_controls(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    proxy = make_proxy(
+        upstreams=[{"name": "s", "base_url": upstream.base_url, "api_key_env": "UPSTREAM_KEY"}],
+        environ={"UPSTREAM_KEY": "upstream-secret"},
+    )
+    upstream.script.push(
+        completion(tool_calls=[tool_call("cancel_order", {"order_id": "#W1"})]),
+        completion(tool_calls=[VALID_CANCEL]),
+    )
+    raw = chat(proxy, "s-headers", **{"x-request-id": "req-42", "x-tenant": "acme"})
+    assert raw.headers["x-toolsentry-repairs"] == "1"
+    first, reask = upstream.script.request_headers
+    for sent in (first, reask):
+        assert (sent["x-request-id"], sent["x-tenant"]) == ("req-42", "acme")
+        assert sent["authorization"] == "Bearer upstream-secret"  # never the client's key
+        assert sent["content-type"] == "application/json"
+        assert not [name for name in sent if name.startswith("x-toolsentry-")]
+    assert first["content-length"] != reask["content-length"]  # each body's own length
+
+
+def test_request_controls_for_the_proxy_are_not_sent_upstream(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion("Hi."))
+    chat(proxy, "s-controls", **{"x-toolsentry-repair": "off", "x-toolsentry-max-errors": "3"})
+    [sent] = upstream.script.request_headers
+    assert "authorization" not in sent  # no key configured: the client's is not passed on
+    assert not [name for name in sent if name.startswith("x-toolsentry-")]
+    assert sent["x-session-id"] == "s-controls"
+
+
 @pytest.mark.parametrize(
     ("bad_call", "channel"),
     [
@@ -338,3 +371,75 @@ def test_a_200_that_is_not_a_chat_completion_is_a_clear_502(
     assert caught.value.status_code == 502
     assert "not a chat completion" in caught.value.message
     assert proxy.session("s-proto")["channels"] == {"upstream_error": 1}
+
+
+@pytest.mark.parametrize(
+    ("failure", "channels"),
+    [
+        (Fault(400, {"error": {"message": "prompt too long"}}), {"unknown_tool": 1}),
+        (
+            Fault(500, {"error": {"message": "engine died"}}),
+            {"unknown_tool": 1, "upstream_error": 1},
+        ),
+        (b"not json", {"unknown_tool": 1, "upstream_error": 1}),
+    ],
+    ids=["400", "500", "not-json"],
+)
+def test_a_failed_reask_passes_the_original_failure_through_as_one_request(
+    proxy: RunningProxy, upstream: RunningUpstream, failure: Fault | bytes, channels: dict[str, int]
+) -> None:
+    bad = tool_call("cancel_order", {"order_id": "#W1"})
+    reply = failure if isinstance(failure, Fault) else Fault(200, failure)
+    upstream.script.push(completion(tool_calls=[bad]), reply)
+    raw = chat(proxy, "s-reask-failed")
+    assert raw.parse().choices[0].message.tool_calls[0].function.name == "cancel_order"
+    assert len(upstream.script.requests) == 2  # a failed re-ask is not retried by another
+    record = proxy.session("s-reask-failed")
+    assert (record["errors"], record["channels"]) == (1, channels)
+    text = proxy.metrics()
+    requests = {
+        status: metric(text, "toolsentry_requests_total", model="scripted-model", status=status)
+        for status in ("200", "400", "500", "502")
+    }
+    assert requests == {"200": 1, "400": 0, "500": 0, "502": 0}
+
+
+LEAKED_AND_CUT = (
+    '<tool_call>\n{"name": "cancel_order", "arguments": {"order_id": "#W1"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "get_order_'
+)
+
+
+def test_a_reask_that_fails_otherwise_is_reported_and_counted_as_what_the_client_gets(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(
+        completion(tool_calls=[tool_call("cancel_order", {"order_id": "#W1"})]),
+        completion(LEAKED_AND_CUT, finish_reason="length"),
+    )
+    raw = chat(proxy, "s-otherwise")
+    assert raw.parse().choices[0].message.content == LEAKED_AND_CUT
+    assert raw.headers["x-toolsentry-violations"] == "unknown_tool,leaked_tool_call,truncated"
+    assert raw.headers["x-toolsentry-errors"] == "2"
+    record = proxy.session("s-otherwise")
+    assert (record["errors"], record["channels"]) == (
+        2,
+        {"unknown_tool": 1, "leaked_tool_call": 1, "truncated": 1},
+    )
+    text = proxy.metrics()
+    for channel in ("unknown_tool", "leaked_tool_call", "truncated"):
+        counted = metric(
+            text, "toolsentry_violations_total", model="scripted-model", channel=channel
+        )
+        assert counted == 1, channel
+
+
+def test_a_failure_repeated_on_every_reask_is_counted_once(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion(tool_calls=[tool_call("cancel_order", {"order_id": "#W1"})]))
+    raw = chat(proxy, "s-repeated")
+    assert len(upstream.script.requests) == 3
+    assert raw.headers["x-toolsentry-violations"] == "unknown_tool"
+    record = proxy.session("s-repeated")
+    assert (record["errors"], record["channels"]) == (1, {"unknown_tool": 1})

@@ -17,13 +17,14 @@ from typing import Any
 
 import openai
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
+from proxy.guard.toolcheck import validate
 from proxy.streaming import completion_chunks
 from proxy.testing import SSE, Fault, completion, free_port, tool_call
-from tests.proxy.builders import make_request
+from tests.proxy.builders import RETAIL_TOOLS, make_request
 from tests.proxy.conftest import RunningProxy, RunningUpstream
 from tests.proxy.metrics_text import metric
 
@@ -233,6 +234,24 @@ def test_a_hallucinated_call_is_repaired_by_a_plain_reask_and_emitted_in_the_sam
     )
 
 
+def test_the_clients_headers_reach_the_upstream_with_the_stream_and_the_reask(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(
+        completion(tool_calls=[HALLUCINATED]), completion(tool_calls=[VALID_CANCEL])
+    )
+    streamed = stream_chat(
+        proxy, "s-fwd", **{"x-request-id": "req-9", "x-toolsentry-repair": "reask"}
+    )
+    assert streamed.summary["repairs"] == 1
+    opened, reask = upstream.script.request_headers
+    for sent in (opened, reask):
+        assert sent["x-request-id"] == "req-9"
+        assert sent["content-type"] == "application/json"
+        assert "x-toolsentry-repair" not in sent
+        assert "authorization" not in sent
+
+
 def test_stream_headers_reflect_the_session_as_the_stream_starts(
     make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
 ) -> None:
@@ -310,6 +329,20 @@ def test_an_unrepairable_call_passes_through_the_stream_and_costs_one_error(
     assert len(upstream.script.requests) == 3  # the stream and max_reasks=2 plain re-asks
     assert streamed.summary["errors"] == 1
     assert proxy.session("s-unrep")["errors"] == 1
+
+
+def test_a_failed_reask_leaves_the_call_to_pass_through_the_stream_as_one_request(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion(tool_calls=[HALLUCINATED]), Fault(500, b"engine died"))
+    streamed = stream_chat(proxy, "s-reask-500")
+    assert streamed.completion.choices[0].message.tool_calls[0].function.name == "cancel_order"
+    assert streamed.summary["violations"] == ["unknown_tool"]
+    record = proxy.session("s-reask-500")
+    assert (record["errors"], record["channels"]) == (1, {"unknown_tool": 1, "upstream_error": 1})
+    text = proxy.metrics()
+    assert metric(text, "toolsentry_requests_total", model="scripted-model", status="200") == 1
+    assert metric(text, "toolsentry_requests_total", model="scripted-model", status="502") == 0
 
 
 def test_on_unrepaired_strip_removes_the_invalid_call_from_the_stream(
@@ -559,6 +592,11 @@ INVALID_CALLS = [
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=30)
 
 
+LEAKED_CALL = (
+    '<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W1"}}</tool_call>'
+)
+
+
 @dataclass
 class Scenario:
     first: dict[str, Any]  # the upstream's completion for the request
@@ -569,11 +607,24 @@ class Scenario:
     pings: list[int]  # before which chunks a keep-alive comment goes
 
 
+def is_valid(reply: dict[str, Any]) -> bool:
+    """Whether the guard passes the reply's only choice, so the proxy would not re-ask it."""
+    [choice] = reply["choices"]
+    return not validate(
+        choice["message"], RETAIL_TOOLS, None, finish_reason=choice["finish_reason"]
+    )
+
+
 @st.composite
 def scenarios(draw: st.DrawFn) -> Scenario:
     """A completion with one or two choices of content and valid or invalid tool calls, and
     the upstream's answers to the re-asks: each invalid choice is fixed on the first re-ask
-    (same content, valid calls) or repeated on every re-ask."""
+    (same content, valid calls), repeated on every re-ask, or fails otherwise on every re-ask
+    (a call leaked after the same content: a stream can still send content that extends).
+
+    The guard itself says which choices are invalid: the text may hold a leaked call (hypothesis
+    draws the leak markers the guard looks for), which no hand-written rule here would foresee.
+    """
     first = completion("unused")
     first["choices"] = []
     reasks: list[dict[str, Any]] = []
@@ -585,14 +636,18 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         ]
         one = completion(content, tool_calls=calls or None)
         first["choices"].append(one["choices"][0] | {"index": index})
-        invalid = any(not valid for valid, _ in picks) or (content is None and not calls)
-        if not invalid:
+        if is_valid(one):
             continue
-        if draw(st.booleans()):
-            fixed = [tool_call(*VALID_CALLS[i % 3]) for _, i in picks]
-            reasks.append(completion(content or "Done.", tool_calls=fixed or None))
+        fixed = [tool_call(*VALID_CALLS[i % 3]) for _, i in picks]
+        repaired = completion(content or "Done.", tool_calls=fixed or None)
+        otherwise = completion((content or "") + LEAKED_CALL, tool_calls=calls or None)
+        answer = draw(st.sampled_from(["fixed", "repeated", "otherwise"]))
+        if answer == "fixed" and is_valid(repaired):
+            reasks.append(repaired)
+        elif answer == "otherwise" and not is_valid(otherwise):
+            reasks += [otherwise] * 2  # max_reasks
         else:
-            reasks += [completion(content, tool_calls=calls or None)] * 2  # max_reasks
+            reasks += [completion(content, tool_calls=calls or None)] * 2
     return Scenario(
         first,
         reasks,
@@ -609,7 +664,10 @@ def as_sse(scenario: Scenario) -> SSE:
     for position, c in enumerate(chunks):
         events += [b": ping\n\n"] * scenario.pings.count(position)
         events.append(c)
-    return SSE(events, chunk_sizes=scenario.chunk_sizes)
+    return SSE(events, chunk_sizes=scenario.chunk_sizes, completion=scenario.first)
+
+
+LEAKED_TAG_ONLY = completion("<|python_tag|>")  # the tag that starts a Llama 3 call, and no call
 
 
 @settings(
@@ -618,6 +676,16 @@ def as_sse(scenario: Scenario) -> SSE:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(scenario=scenarios())
+@example(
+    scenario=Scenario(
+        LEAKED_TAG_ONLY,
+        [LEAKED_TAG_ONLY] * 2,
+        include_usage=True,
+        fragment=4,
+        chunk_sizes=[80],
+        pings=[],
+    )
+)
 def test_a_stream_accumulates_to_the_plain_response_with_the_same_accounting(
     proxy: RunningProxy, upstream: RunningUpstream, scenario: Scenario
 ) -> None:

@@ -25,6 +25,7 @@ from proxy.upstream import (
     Router,
     UpstreamResponse,
     UpstreamStream,
+    chat_request_headers,
     error_class_for,
     raise_for_status,
     translate,
@@ -79,6 +80,33 @@ def test_router_without_a_catch_all_names_the_served_models() -> None:
     router = Router(ups, configs)  # type: ignore[arg-type]
     with pytest.raises(NotFoundError, match="served models: m1, m2"):
         router.pick("m3")
+
+
+def test_chat_request_headers_keep_the_clients_own_and_drop_transport_credentials_and_controls() -> (
+    None
+):
+    client = {
+        "Host": "proxy:4000",
+        "Connection": "keep-alive, X-Hop",
+        "X-Hop": "for the next hop only",
+        "Transfer-Encoding": "chunked",
+        "Content-Length": "812",
+        "Content-Type": "application/json; charset=utf-8",
+        "Accept-Encoding": "gzip",
+        "Authorization": "Bearer client-key",
+        "X-Toolsentry-Max-Errors": "3",
+        "x-toolsentry-repair": "off",
+        "X-Request-Id": "req-7",
+        "X-Tenant": "acme",
+        "x-session-id": "s1",
+        "User-Agent": "OpenAI/Python",
+    }
+    assert chat_request_headers(client) == {
+        "x-request-id": "req-7",
+        "x-tenant": "acme",
+        "x-session-id": "s1",
+        "user-agent": "OpenAI/Python",
+    }
 
 
 def _public_aiohttp_errors() -> list[type[BaseException]]:

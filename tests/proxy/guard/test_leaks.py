@@ -44,6 +44,20 @@ def test_a_hermes_tag_with_nothing_after_it_is_an_incomplete_call() -> None:
     assert summary(find_leaked_calls("Checking now. <tool_call>")) == [("", None, "hermes", False)]
 
 
+@pytest.mark.parametrize(
+    ("content", "fmt"),
+    [
+        ("<|python_tag|>", "llama3"),
+        ("Let me check. <|python_tag|>\n", "llama3"),
+        ("[TOOL_CALLS]", "mistral"),
+    ],
+)
+def test_a_call_tag_that_ends_the_content_is_an_incomplete_call(content: str, fmt: str) -> None:
+    # The model emitted the token that starts a call and stopped: the call it began is broken,
+    # and the agent got neither a call nor an answer, so it is a leak to repair.
+    assert summary(find_leaked_calls(content)) == [("", None, fmt, False)]
+
+
 def test_a_qwen_xml_call_is_found_inside_or_outside_tool_call_tags() -> None:
     xml = "<function=get_order_details>\n<parameter=order_id>\n#W1234567\n</parameter>\n<parameter=count>\n3\n</parameter>\n</function>"
     expected = ("get_order_details", {"order_id": "#W1234567", "count": 3}, "qwen_xml", True)
