@@ -317,14 +317,13 @@ class ChatService:
                 channels=channels,
                 now=time.time(),
             )
+        series = self.metrics.for_model(turn.model)
         for outcome, count in turn.outcomes.items():
-            self.metrics.tool_calls.labels(turn.model, outcome).inc(count)
-        self.metrics.requests.labels(turn.model, status).inc()
+            series.tool_calls(outcome).inc(count)
+        series.requests(status).inc()
         total = time.perf_counter() - turn.started
-        self.metrics.upstream_seconds.labels(turn.model).observe(turn.upstream_seconds)
-        self.metrics.overhead_seconds.labels(turn.model).observe(
-            max(0.0, total - turn.upstream_seconds)
-        )
+        series.upstream_seconds.observe(turn.upstream_seconds)
+        series.overhead_seconds.observe(max(0.0, total - turn.upstream_seconds))
         return self.headers(turn)
 
     async def upstream_failed(self, turn: Turn, exc: UpstreamError) -> None:
