@@ -224,7 +224,8 @@ def create_app(
         if not ok:
             raise AuthenticationError("this endpoint needs the admin key", code="invalid_admin_key")
 
-    async def read_json(request: Request) -> dict[str, Any]:
+    async def read_json(request: Request) -> tuple[bytes, dict[str, Any]]:
+        """The body as sent, and parsed."""
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > settings.max_body_bytes:
             raise PayloadTooLargeError(
@@ -239,13 +240,14 @@ def create_app(
                     f"request body exceeds the limit of {settings.max_body_bytes} bytes"
                 )
             chunks.append(chunk)
+        raw = b"".join(chunks)
         try:
-            body = orjson.loads(b"".join(chunks))
+            body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise BadRequestError(f"request body is not valid JSON: {exc}") from exc
         if not isinstance(body, dict):
             raise BadRequestError("request body must be a JSON object")
-        return body
+        return raw, body
 
     @app.exception_handler(ToolsentryError)
     async def on_toolsentry_error(request: Request, exc: ToolsentryError) -> Response:
@@ -272,11 +274,11 @@ def create_app(
     @app.post(CHAT_ROUTE, openapi_extra=_CHAT_BODY_SCHEMA)
     async def chat_completions(request: Request) -> Response:
         require_client(request)
-        body = await read_json(request)
+        raw, body = await read_json(request)
         started = time.perf_counter()
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
         try:
-            result = await service.handle(body, request.headers)
+            result = await service.handle(body, request.headers, raw=raw)
         except ToolsentryError as exc:
             log.info(
                 "chat_completion",

@@ -120,12 +120,16 @@ class ChatService:
         self._model_labels: set[str] = set()
 
     async def handle(
-        self, body: dict[str, Any], headers: Mapping[str, str]
+        self, body: dict[str, Any], headers: Mapping[str, str], *, raw: bytes | None = None
     ) -> ChatResult | ChatStream:
-        """Serve one chat-completions request (the route's only call)."""
+        """Serve one chat-completions request (the route's only call).
+
+        `raw`, when given, is the body as the client sent it (`body` is its parse): the upstream
+        gets those bytes as they are instead of `body` serialised again.
+        """
         if body.get("stream"):
             return await self.stream(body, headers)
-        return await self.complete(body, headers)
+        return await self.complete(body, headers, raw=raw)
 
     async def stream(self, body: dict[str, Any], headers: Mapping[str, str]) -> ChatStream:
         """Start one streamed chat completion (`stream: true`); see streamservice.py.
@@ -144,8 +148,10 @@ class ChatService:
 
     # -- the non-streaming pipeline -------------------------------------------------------------
 
-    async def complete(self, body: dict[str, Any], headers: Mapping[str, str]) -> ChatResult:
-        """Run one non-streaming chat completion through the whole pipeline.
+    async def complete(
+        self, body: dict[str, Any], headers: Mapping[str, str], *, raw: bytes | None = None
+    ) -> ChatResult:
+        """Run one non-streaming chat completion through the whole pipeline (`raw`: see `handle`).
 
         Raises BadRequestError for invalid requests, BudgetExhaustedError under the `reject`
         policy, UnrepairedToolCallError under `on_unrepaired: reject`, and UpstreamError.
@@ -154,7 +160,7 @@ class ChatService:
         if isinstance(turn_or_result, ChatResult):
             return turn_or_result
         turn = turn_or_result
-        response = await self._call(turn, body)
+        response = await self._call(turn, body, raw)
         try:
             completion, choices = parse_completion(response.json(), turn.upstream.name)
         except UpstreamError as exc:
@@ -342,11 +348,13 @@ class ChatService:
 
     # -- internals ------------------------------------------------------------------------------
 
-    async def _call(self, turn: Turn, body: dict[str, Any]) -> UpstreamResponse:
+    async def _call(
+        self, turn: Turn, body: dict[str, Any], raw: bytes | None = None
+    ) -> UpstreamResponse:
         start = time.perf_counter()
         try:
             response = await turn.upstream.request(
-                "POST", CHAT_PATH, body=orjson.dumps(body), headers={}
+                "POST", CHAT_PATH, body=orjson.dumps(body) if raw is None else raw, headers={}
             )
             raise_for_status(response, turn.upstream.name)
             return response
