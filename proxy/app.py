@@ -7,7 +7,6 @@ import hmac
 import inspect
 import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -276,7 +275,8 @@ def create_app(
         require_client(request)
         raw, body = await read_json(request)
         started = time.perf_counter()
-        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        # 32 random hex digits, as uuid4().hex gave, without building a UUID (a few µs).
+        request_id = request.headers.get("x-request-id") or os.urandom(16).hex()
         try:
             result = await service.handle(body, request.headers, raw=raw)
         except ToolsentryError as exc:
