@@ -37,6 +37,7 @@ from proxy.streamservice import ChatStream
 from proxy.upstream import AiohttpUpstream, Router, Upstream, forwardable_headers
 
 _JSON = "application/json"
+_GC_YOUNG_THRESHOLD = 50_000
 CHAT_ROUTE = "/v1/chat/completions"
 _CHAT_BODY_SCHEMA = {
     "requestBody": {
@@ -173,6 +174,12 @@ def create_app(
         # What exists at startup lives as long as the process: move it out of the collector's
         # reach, or every full collection rescans it (20 ms on this heap: the p99 spikes).
         gc.freeze()
+        # Under load dozens of requests are in flight, each holding its parsed body. At the
+        # default threshold (a young collection every 700 allocations) most young objects are
+        # still alive when collected, so they are promoted and rescanned by the older
+        # generations: 10% of the proxy's CPU at concurrency 64. Collecting every 50,000
+        # allocations finds most of a request's objects already freed by reference counting.
+        gc.set_threshold(_GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
         yield
         await router.close()
         await session_store.close()
