@@ -121,6 +121,14 @@ class Metrics:
             buckets=_OVERHEAD_BUCKETS,
             registry=r,
         )
+        self._models: dict[str, ModelSeries] = {}
+
+    def for_model(self, model: str) -> ModelSeries:
+        """The series of one model label, resolved once and kept (model labels are bounded)."""
+        series = self._models.get(model)
+        if series is None:
+            series = self._models[model] = ModelSeries(self, model)
+        return series
 
     def render(self) -> bytes:
         """The exposition text for /metrics: this process's values, or every worker's summed."""
@@ -129,6 +137,50 @@ class Metrics:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
         return generate_latest(registry)
+
+
+class ModelSeries:
+    """The series every request of one model touches. `labels()` takes a lock, checks and
+    converts its arguments on every call; these are looked up once per label value and kept.
+    A series appears in /metrics when it is first used, as with `labels()`.
+    """
+
+    def __init__(self, metrics: Metrics, model: str) -> None:
+        self._metrics = metrics
+        self._model = model
+        self._requests: dict[str, PromCounter] = {}
+        self._tool_calls: dict[str, PromCounter] = {}
+        self._upstream_seconds: Histogram | None = None
+        self._overhead_seconds: Histogram | None = None
+
+    def requests(self, status: str) -> PromCounter:
+        """`toolsentry_requests_total{model, status}`."""
+        child = self._requests.get(status)
+        if child is None:
+            child = self._requests[status] = self._metrics.requests.labels(self._model, status)
+        return child
+
+    def tool_calls(self, outcome: str) -> PromCounter:
+        """`toolsentry_tool_calls_total{model, outcome}`."""
+        child = self._tool_calls.get(outcome)
+        if child is None:
+            child = self._metrics.tool_calls.labels(self._model, outcome)
+            self._tool_calls[outcome] = child
+        return child
+
+    @property
+    def upstream_seconds(self) -> Histogram:
+        """`toolsentry_upstream_seconds{model}`."""
+        if self._upstream_seconds is None:
+            self._upstream_seconds = self._metrics.upstream_seconds.labels(self._model)
+        return self._upstream_seconds
+
+    @property
+    def overhead_seconds(self) -> Histogram:
+        """`toolsentry_overhead_seconds{model}`."""
+        if self._overhead_seconds is None:
+            self._overhead_seconds = self._metrics.overhead_seconds.labels(self._model)
+        return self._overhead_seconds
 
 
 class UnknownToolStats:

@@ -128,12 +128,16 @@ class ChatService:
         self._model_labels: set[str] = set()
 
     async def handle(
-        self, body: dict[str, Any], headers: Mapping[str, str]
+        self, body: dict[str, Any], headers: Mapping[str, str], *, raw: bytes | None = None
     ) -> ChatResult | ChatStream:
-        """Serve one chat-completions request (the route's only call)."""
+        """Serve one chat-completions request (the route's only call).
+
+        `raw`, when given, is the body as the client sent it (`body` is its parse): the upstream
+        gets those bytes as they are instead of `body` serialised again.
+        """
         if body.get("stream"):
             return await self.stream(body, headers)
-        return await self.complete(body, headers)
+        return await self.complete(body, headers, raw=raw)
 
     async def stream(self, body: dict[str, Any], headers: Mapping[str, str]) -> ChatStream:
         """Start one streamed chat completion (`stream: true`); see streamservice.py.
@@ -152,8 +156,10 @@ class ChatService:
 
     # -- the non-streaming pipeline -------------------------------------------------------------
 
-    async def complete(self, body: dict[str, Any], headers: Mapping[str, str]) -> ChatResult:
-        """Run one non-streaming chat completion through the whole pipeline.
+    async def complete(
+        self, body: dict[str, Any], headers: Mapping[str, str], *, raw: bytes | None = None
+    ) -> ChatResult:
+        """Run one non-streaming chat completion through the whole pipeline (`raw`: see `handle`).
 
         Raises BadRequestError for invalid requests, BudgetExhaustedError under the `reject`
         policy, UnrepairedToolCallError under `on_unrepaired: reject`, and UpstreamError.
@@ -163,7 +169,7 @@ class ChatService:
             return turn_or_result
         turn = turn_or_result
         try:
-            response = await self._call(turn, body)
+            response = await self._call(turn, body, raw)
             completion, choices = parse_completion(response.json(), turn.upstream.name)
         except UpstreamError as exc:
             await self.upstream_failed(turn, exc)
@@ -334,14 +340,13 @@ class ChatService:
                 channels=channels,
                 now=time.time(),
             )
+        series = self.metrics.for_model(turn.model)
         for outcome, count in turn.outcomes.items():
-            self.metrics.tool_calls.labels(turn.model, outcome).inc(count)
-        self.metrics.requests.labels(turn.model, status).inc()
+            series.tool_calls(outcome).inc(count)
+        series.requests(status).inc()
         total = time.perf_counter() - turn.started
-        self.metrics.upstream_seconds.labels(turn.model).observe(turn.upstream_seconds)
-        self.metrics.overhead_seconds.labels(turn.model).observe(
-            max(0.0, total - turn.upstream_seconds)
-        )
+        series.upstream_seconds.observe(turn.upstream_seconds)
+        series.overhead_seconds.observe(max(0.0, total - turn.upstream_seconds))
         return self.headers(turn)
 
     async def upstream_failed(
@@ -374,12 +379,20 @@ class ChatService:
             if violation.channel is Channel.UNKNOWN_TOOL and violation.tool_name is not None:
                 self.unknown_tools.add(turn.model, violation.tool_name)
 
-    async def _call(self, turn: Turn, body: dict[str, Any]) -> UpstreamResponse:
-        """One non-streamed upstream call; raises UpstreamError, which the caller counts."""
+    async def _call(
+        self, turn: Turn, body: dict[str, Any], raw: bytes | None = None
+    ) -> UpstreamResponse:
+        """One non-streamed upstream call; raises UpstreamError, which the caller counts.
+
+        `raw`: the client's body as sent, forwarded unchanged on the first attempt.
+        """
         start = time.perf_counter()
         try:
             response = await turn.upstream.request(
-                "POST", CHAT_PATH, body=orjson.dumps(body), headers=turn.forward
+                "POST",
+                CHAT_PATH,
+                body=orjson.dumps(body) if raw is None else raw,
+                headers=turn.forward,
             )
             raise_for_status(response, turn.upstream.name)
             return response

@@ -146,7 +146,7 @@ class ScriptedUpstream:
     """An OpenAI-compatible chat server that answers from `replies` (in order) or a `handler`.
 
     When the script runs out, the last reply repeats. Every chat request's body is kept in
-    `requests` and its headers (lower-case names) in `request_headers`; the path of every HTTP
+    `requests` (parsed) and `raw_requests` (the bytes as received) and its headers (lower-case names) in `request_headers`; the path of every HTTP
     request, whatever its route, in `paths`. A completion (dict) answering a `stream: true`
     request is streamed as vLLM would (`SSE.of`). `pieces_sent` counts the SSE pieces written;
     `stream_cut` is set when a client closed a stream before its end.
@@ -156,6 +156,7 @@ class ScriptedUpstream:
     handler: Handler | None = None
     models: tuple[str, ...] = ("scripted-model",)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    raw_requests: list[bytes] = field(default_factory=list)
     request_headers: list[dict[str, str]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
 
@@ -192,7 +193,9 @@ class ScriptedUpstream:
         return self._last
 
     async def _chat(self, request: Request) -> Response:
-        body = orjson.loads(await request.body())
+        raw = await request.body()
+        body = orjson.loads(raw)
+        self.raw_requests.append(raw)
         self.requests.append(body)
         self.request_headers.append(dict(request.headers.items()))
         self.client_ports.append(request.client.port if request.client else 0)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import openai
 import pytest
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import Response
 
 from proxy.app import create_app
 from proxy.config import Settings
+from proxy.session.stores import MemoryStore, SessionRecord
 from proxy.testing import LoopbackServer, ScriptedUpstream, completion, free_port, tool_call
 from tests.proxy.builders import make_request
 from tests.proxy.conftest import RunningProxy, RunningUpstream
@@ -235,3 +240,48 @@ def test_openapi_schema_describes_the_chat_route(proxy: RunningProxy) -> None:
     with proxy.http() as http:
         schema = http.get("/openapi.json").json()
     assert "/v1/chat/completions" in schema["paths"]
+
+
+class BrokenStore(MemoryStore):
+    """A store whose writes fail with an error the proxy does not know."""
+
+    async def record(self, session: str, **counts: Any) -> SessionRecord:
+        raise RuntimeError("disk on fire")
+
+
+def test_an_unexpected_error_in_the_chat_route_is_a_500_without_a_traceback(
+    upstream: RunningUpstream,
+) -> None:
+    settings = Settings(upstreams=[{"name": "scripted", "base_url": upstream.base_url}])
+    with (
+        LoopbackServer(create_app(settings, store=BrokenStore())) as proxy,
+        httpx.Client(base_url=proxy.url, timeout=10) as http,
+    ):
+        response = http.post("/v1/chat/completions", json=make_request())
+    assert_openai_error(response, 500, "internal_error")
+    assert "disk on fire" not in response.text
+
+
+def test_the_chat_route_passes_through_middleware_added_to_the_app(
+    upstream: RunningUpstream,
+) -> None:
+    settings = Settings(upstreams=[{"name": "scripted", "base_url": upstream.base_url}])
+    app = create_app(settings)
+
+    class Stamp(BaseHTTPMiddleware):
+        async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+            response = await call_next(request)
+            response.headers["x-stamped"] = "yes"
+            return response
+
+    app.add_middleware(Stamp)
+    upstream.script.push(completion("hi"))
+    with (
+        LoopbackServer(app) as proxy,
+        httpx.Client(base_url=proxy.url, timeout=10) as http,
+    ):
+        response = http.post("/v1/chat/completions", json=make_request())
+    assert response.status_code == 200
+    assert response.headers["x-stamped"] == "yes"
+    assert response.headers["x-toolsentry-session"]
+    assert response.json()["choices"][0]["message"]["content"] == "hi"

@@ -69,6 +69,27 @@ def test_two_in_process_metrics_count_apart() -> None:
     )
 
 
+def test_a_models_kept_series_count_into_the_same_values_as_labels() -> None:
+    metrics = Metrics()
+    series = metrics.for_model("m")
+    assert metrics.for_model("m") is series
+    series.requests("200").inc()
+    metrics.requests.labels("m", "200").inc()
+    series.requests("429").inc()
+    series.tool_calls("valid").inc(3)
+    series.upstream_seconds.observe(0.5)
+    series.overhead_seconds.observe(0.001)
+    metrics.for_model("other").requests("200").inc()
+    text = metrics.render().decode()
+    assert metric(text, "toolsentry_requests_total", model="m", status="200") == 2
+    assert metric(text, "toolsentry_requests_total", model="m", status="429") == 1
+    assert metric(text, "toolsentry_requests_total", model="other", status="200") == 1
+    assert metric(text, "toolsentry_tool_calls_total", model="m", outcome="valid") == 3
+    assert metric(text, "toolsentry_upstream_seconds_sum", model="m") == 0.5
+    assert metric(text, "toolsentry_overhead_seconds_count", model="m") == 1
+    assert 'toolsentry_overhead_seconds_count{model="other"}' not in text
+
+
 def test_unknown_tool_names_are_bounded_per_model() -> None:
     stats = UnknownToolStats(max_names=2)
     for name in ("a", "b", "c", "a"):

@@ -299,6 +299,26 @@ def test_unknown_request_and_response_fields_pass_through_unchanged(
     assert json.loads(raw.text)["kv_transfer_params"] == {"k": 1}
 
 
+def test_the_upstream_gets_the_clients_body_as_sent_and_a_reask_its_own(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(
+        completion(tool_calls=[tool_call("cancel_order", {})]),
+        completion(tool_calls=[VALID_CANCEL]),
+    )
+    sent = json.dumps(make_request(), indent=2).encode()  # not how the proxy would write it
+    with proxy.http() as http:
+        response = http.post(
+            "/v1/chat/completions", content=sent, headers={"content-type": "application/json"}
+        )
+    assert response.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == (
+        "cancel_pending_order"
+    )
+    first, reask = upstream.script.raw_requests[-2:]
+    assert first == sent
+    assert len(json.loads(reask)["messages"]) > len(json.loads(sent)["messages"])
+
+
 def test_metrics_count_what_happened(proxy: RunningProxy, upstream: RunningUpstream) -> None:
     upstream.script.push(
         completion(tool_calls=[tool_call("cancel_order", {})]),  # repaired on re-ask
