@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from proxy.errors import ConfigError
-from proxy.session.stores import MemoryStore, RedisStore, SessionStore, SqliteStore, open_store
+from proxy.session.redis_store import RedisStore
+from proxy.session.sqlite_store import SqliteStore
+from proxy.session.stores import MemoryStore, SessionStore, open_store
 from proxy.testing import free_port
 from tests.proxy.session.conformance import T0, FakeClock, StoreConformance
 
@@ -108,7 +110,7 @@ async def test_sqlite_store_purges_expired_rows_from_the_file(tmp_path: Path) ->
 WORKER = textwrap.dedent(
     """
     import asyncio, sys
-    from proxy.session.stores import SqliteStore
+    from proxy.session.sqlite_store import SqliteStore
 
     async def main(path, n):
         store = SqliteStore(path)

@@ -1,0 +1,311 @@
+"""SqliteStore: session counts in one SQLite file, shared by the worker processes of one host.
+
+WAL mode, one `BEGIN IMMEDIATE` transaction per operation; counts survive restarts and crashes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import functools
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from os import PathLike
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from proxy.errors import ConfigError
+from proxy.session.stores import (
+    DEFAULT_TTL_SECONDS,
+    NO_CHANNELS,
+    Order,
+    SessionRecord,
+    check_counts,
+    check_ttl,
+)
+
+if TYPE_CHECKING:
+    pass
+
+_T = TypeVar("_T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session    TEXT PRIMARY KEY,
+    errors     INTEGER NOT NULL,
+    max_errors INTEGER NOT NULL,
+    repairs    INTEGER NOT NULL,
+    requests   INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS sessions_by_update ON sessions (updated_at);
+CREATE INDEX IF NOT EXISTS sessions_by_errors ON sessions (errors, updated_at);
+CREATE TABLE IF NOT EXISTS channels (
+    session TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    count   INTEGER NOT NULL,
+    PRIMARY KEY (session, channel)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS claimed_calls (
+    session    TEXT NOT NULL,
+    call_id    TEXT NOT NULL,
+    claimed_at REAL NOT NULL,
+    PRIMARY KEY (session, call_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS claimed_calls_by_time ON claimed_calls (claimed_at);
+"""
+
+_ORDER_SQL: dict[str, str] = {
+    "recent": "updated_at DESC, session DESC",
+    "failing": "errors DESC, updated_at DESC, session DESC",
+}
+
+
+class SqliteStore:
+    """Sessions in one SQLite file (WAL mode), shared by every process that opens it.
+
+    Writes run in `BEGIN IMMEDIATE` transactions, so increments from several worker processes
+    serialise on the database lock (waiting up to `busy_timeout_s`). The blocking calls run on
+    one dedicated thread that owns the connection. Expired rows are purged during writes, at
+    most once every `purge_interval_s`.
+
+    Raises:
+        ConfigError: the file or its directory cannot be created or opened as a database.
+    """
+
+    def __init__(
+        self,
+        path: str | PathLike[str],
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+        clock: Callable[[], float] = time.time,
+        *,
+        busy_timeout_s: float = 30.0,
+        purge_interval_s: float = 60.0,
+    ) -> None:
+        check_ttl(ttl_seconds)
+        self.path = Path(path)
+        self._ttl = ttl_seconds
+        self._clock = clock
+        self._purge_interval = purge_interval_s
+        self._purged_at = float("-inf")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolsentry-sqlite")
+        self._closed = False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = self._executor.submit(self._connect, busy_timeout_s).result()
+        except (OSError, sqlite3.Error) as exc:
+            self._executor.shutdown(wait=False)
+            raise ConfigError(f"cannot open session database {str(self.path)!r}: {exc}") from exc
+
+    async def get(self, session: str) -> SessionRecord | None:
+        return await self._run(self._get, session, self._clock())
+
+    async def record(
+        self,
+        session: str,
+        *,
+        max_errors: int,
+        errors: int = 0,
+        repairs: int = 0,
+        channels: Mapping[str, int] = NO_CHANNELS,
+        requests: int = 0,
+        now: float,
+    ) -> SessionRecord:
+        check_counts(errors, repairs, requests, channels)
+        counts = (errors, repairs, requests)
+        return await self._run(self._record, session, max_errors, counts, dict(channels), now)
+
+    async def claim_call_ids(
+        self, session: str, call_ids: Sequence[str], *, now: float
+    ) -> builtins.list[str]:
+        return await self._run(self._claim, session, builtins.list(call_ids), now)
+
+    async def delete(self, session: str) -> bool:
+        return await self._run(self._delete, session, self._clock())
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._db.close)
+        self._executor.shutdown(wait=False)
+
+    async def list(
+        self, *, order: Order = "recent", limit: int = 50
+    ) -> builtins.list[SessionRecord]:
+        if order not in _ORDER_SQL:
+            raise ValueError(f"unknown order {order!r}; use 'recent' or 'failing'")
+        return await self._run(self._list, _ORDER_SQL[order], limit, self._clock())
+
+    # Everything below runs on the store's thread.
+
+    def _connect(self, busy_timeout_s: float) -> sqlite3.Connection:
+        # isolation_level=None: no implicit transactions; every write says BEGIN IMMEDIATE itself.
+        db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
+        try:
+            _enable_wal(db, deadline=time.monotonic() + busy_timeout_s)
+            # In WAL mode NORMAL survives a crash of the process; only a power loss can lose
+            # the last commits, which is acceptable for counters.
+            db.execute("PRAGMA synchronous=NORMAL")
+            with _transaction(db):
+                _create_schema(db)
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _get(self, session: str, now: float) -> SessionRecord | None:
+        with _transaction(self._db, "BEGIN"):
+            return self._read(session, now)
+
+    def _record(
+        self,
+        session: str,
+        max_errors: int,
+        counts: tuple[int, int, int],
+        channels: dict[str, int],
+        now: float,
+    ) -> SessionRecord:
+        db = self._db
+        with _transaction(db):
+            row = db.execute(
+                "SELECT updated_at FROM sessions WHERE session = ?", (session,)
+            ).fetchone()
+            if row is not None and row[0] + self._ttl <= now:
+                self._forget(session)
+            errors, repairs, requests = counts
+            db.execute(
+                "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (session) DO UPDATE SET"
+                " errors = errors + excluded.errors,"
+                " max_errors = excluded.max_errors,"
+                " repairs = repairs + excluded.repairs,"
+                " requests = requests + excluded.requests,"
+                " updated_at = max(updated_at, excluded.updated_at)",
+                (session, errors, max_errors, repairs, requests, now, now),
+            )
+            db.executemany(
+                "INSERT INTO channels VALUES (?, ?, ?)"
+                " ON CONFLICT (session, channel) DO UPDATE SET count = count + excluded.count",
+                [(session, channel, count) for channel, count in channels.items() if count],
+            )
+            self._purge(now)
+            current = self._read(session, now)
+        assert current is not None  # written in this very transaction
+        return current
+
+    def _claim(self, session: str, call_ids: builtins.list[str], now: float) -> builtins.list[str]:
+        db = self._db
+        fresh: dict[str, None] = {}
+        with _transaction(db):
+            for call_id in call_ids:
+                row = db.execute(
+                    "SELECT claimed_at FROM claimed_calls WHERE session = ? AND call_id = ?",
+                    (session, call_id),
+                ).fetchone()
+                if row is None or row[0] + self._ttl <= now:
+                    fresh.setdefault(call_id, None)
+                db.execute(
+                    "INSERT INTO claimed_calls VALUES (?, ?, ?) ON CONFLICT (session, call_id)"
+                    " DO UPDATE SET claimed_at = max(claimed_at, excluded.claimed_at)",
+                    (session, call_id, now),
+                )
+            self._purge(now)
+        return builtins.list(fresh)
+
+    def _delete(self, session: str, now: float) -> bool:
+        db = self._db
+        with _transaction(db):
+            row = db.execute(
+                "SELECT updated_at FROM sessions WHERE session = ?", (session,)
+            ).fetchone()
+            self._forget(session)
+            db.execute("DELETE FROM claimed_calls WHERE session = ?", (session,))
+        return row is not None and row[0] + self._ttl > now
+
+    def _list(self, order_sql: str, limit: int, now: float) -> builtins.list[SessionRecord]:
+        db = self._db
+        with _transaction(db, "BEGIN"):
+            rows = db.execute(
+                "SELECT session, errors, max_errors, repairs, requests, created_at, updated_at"
+                f" FROM sessions WHERE updated_at > ? ORDER BY {order_sql} LIMIT ?",
+                (now - self._ttl, max(limit, 0)),
+            ).fetchall()
+            return [self._from_row(row) for row in rows]
+
+    def _read(self, session: str, now: float) -> SessionRecord | None:
+        row = self._db.execute(
+            "SELECT session, errors, max_errors, repairs, requests, created_at, updated_at"
+            " FROM sessions WHERE session = ?",
+            (session,),
+        ).fetchone()
+        if row is None or row[6] + self._ttl <= now:
+            return None
+        return self._from_row(row)
+
+    def _from_row(self, row: tuple[Any, ...]) -> SessionRecord:
+        session, errors, max_errors, repairs, requests, created_at, updated_at = row
+        channels = dict(
+            self._db.execute(
+                "SELECT channel, count FROM channels WHERE session = ? ORDER BY channel",
+                (session,),
+            ).fetchall()
+        )
+        return SessionRecord(
+            session, errors, max_errors, repairs, channels, requests, created_at, updated_at
+        )
+
+    def _forget(self, session: str) -> None:
+        self._db.execute("DELETE FROM sessions WHERE session = ?", (session,))
+        self._db.execute("DELETE FROM channels WHERE session = ?", (session,))
+
+    def _purge(self, now: float) -> None:
+        if now - self._purged_at < self._purge_interval:
+            return
+        self._purged_at = now
+        cutoff = now - self._ttl
+        self._db.execute("DELETE FROM sessions WHERE updated_at <= ?", (cutoff,))
+        self._db.execute("DELETE FROM channels WHERE session NOT IN (SELECT session FROM sessions)")
+        self._db.execute("DELETE FROM claimed_calls WHERE claimed_at <= ?", (cutoff,))
+
+    async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
+
+
+def _enable_wal(db: sqlite3.Connection, *, deadline: float) -> None:
+    # Switching a fresh file to WAL while another process does the same answers "database is
+    # locked" at once, without waiting on the busy timeout; so wait here (worker processes
+    # started together all open the file at the same moment).
+    pause = 0.005
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
+def _create_schema(db: sqlite3.Connection) -> None:
+    # executescript() would commit the open transaction; run the statements one by one instead.
+    for statement in _SCHEMA.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> Iterator[None]:
+    db.execute(begin)
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
