@@ -3,7 +3,9 @@
 A deterministic mix of valid, repairable (an unknown tool the re-ask fixes) and unrepairable
 (an unknown tool every time) calls, spread over many sessions. At the end every session's
 counts and the proxy's `/metrics` must equal the scripted truth exactly; the proxy's resident
-memory is sampled throughout. Streaming is not part of the mix yet.
+memory is sampled throughout. Half of each kind asks for `stream: true`; a streamed answer's
+tool call is read from its deltas and its accounting from the `: x-toolsentry {...}` comment
+before `[DONE]`, and must match the scripted truth as exactly as a JSON answer's.
 
     python -m bench.soak run [--requests 20000] [--concurrency 100] [--store memory]
                              [--results bench/RESULTS.md]
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 
 from proxy.testing import LoopbackServer, ScriptedUpstream, completion, free_port, tool_call
 
@@ -59,12 +62,17 @@ def kind_of(i: int) -> str:
     return "valid" if slot < 12 else "repairable" if slot < 17 else "unrepairable"
 
 
+def streams(i: int) -> bool:
+    """Whether request i asks for `stream: true`: every other block of 20, so half of each kind."""
+    return (i // 20) % 2 == 1
+
+
 def session_of(i: int) -> str:
     return f"soak-{i % SESSIONS}"
 
 
-def request_body(kind: str) -> dict[str, Any]:
-    return {
+def request_body(kind: str, *, stream: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "model": MODEL,
         "messages": [
             {"role": "system", "content": "You are a retail agent."},
@@ -72,6 +80,35 @@ def request_body(kind: str) -> dict[str, Any]:
         ],
         "tools": TOOLS,
     }
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def read_stream(body: bytes) -> tuple[list[str], dict[str, Any] | None, list[str]]:
+    """A streamed answer's tool-call names (from the deltas), its `: x-toolsentry` accounting
+    (None when absent) and its problems: error events, undecodable lines, a missing `[DONE]`."""
+    names: list[str] = []
+    accounting: dict[str, Any] | None = None
+    problems: list[str] = []
+    done = False
+    for line in body.decode().splitlines():
+        if line.startswith(": x-toolsentry "):
+            accounting = orjson.loads(line.removeprefix(": x-toolsentry "))
+        elif line == "data: [DONE]":
+            done = True
+        elif line.startswith("data: "):
+            event = orjson.loads(line.removeprefix("data: "))
+            if "error" in event:
+                problems.append(f"error event {event['error']}")
+            for choice in event.get("choices") or []:
+                for call in (choice.get("delta") or {}).get("tool_calls") or []:
+                    name = (call.get("function") or {}).get("name")
+                    if name:
+                        names.append(name)
+    if not done:
+        problems.append("no [DONE]")
+    return names, accounting, problems
 
 
 # -- the upstream process ------------------------------------------------------------------------
@@ -117,11 +154,12 @@ class SoakReport:
     store: str
     seconds: float
     statuses: Counter[int]
-    sent: Counter[str]
+    sent: Counter[str]  # requests per kind
     upstream_calls: int
     mismatches: list[str]
     rss_kib: list[tuple[int, int]] = field(default_factory=list)  # (requests done, VmRSS KiB)
     load_average: float = 0.0  # the machine's 1-minute load average when the load ended
+    streamed: Counter[str] = field(default_factory=Counter)  # `stream: true` requests per kind
 
     @property
     def exact(self) -> bool:
@@ -188,24 +226,41 @@ async def _load(
 
         async def one(i: int) -> None:
             nonlocal done
-            kind = kind_of(i)
+            kind, stream = kind_of(i), streams(i)
             async with gate:
-                response = await client.post(
+                request = client.build_request(
+                    "POST",
                     "/v1/chat/completions",
-                    json=request_body(kind),
+                    json=request_body(kind, stream=stream),
                     headers={"x-session-id": session_of(i)},
                 )
+                response = await client.send(request, stream=True)
+                try:
+                    body = await response.aread()
+                finally:
+                    await response.aclose()
             done += 1
             report.statuses[response.status_code] += 1
             report.sent[kind] += 1
+            report.streamed[kind] += int(stream)
             if response.status_code != 200:
-                report.mismatches.append(f"request {i}: {response.status_code} {response.text}")
+                report.mismatches.append(f"request {i}: {response.status_code} {body[:500]!r}")
                 return
-            call = response.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"]
             expected = BAD_CALL[0] if kind == "unrepairable" else GOOD_CALL[0]
-            violations = response.headers["x-toolsentry-violations"]
-            if call != expected or violations != ("" if kind == "valid" else "unknown_tool"):
-                report.mismatches.append(f"request {i} ({kind}): {call}, [{violations}]")
+            channels = [] if kind == "valid" else ["unknown_tool"]
+            if stream:
+                names, accounting, problems = read_stream(body)
+                violations = None if accounting is None else accounting.get("violations")
+                if names != [expected] or violations != channels or problems:
+                    report.mismatches.append(
+                        f"request {i} ({kind}, streamed): {names}, {accounting}, {problems}"
+                    )
+                return
+            message = orjson.loads(body)["choices"][0]["message"]
+            call = message["tool_calls"][0]["function"]["name"]
+            header = response.headers["x-toolsentry-violations"]
+            if call != expected or header != ",".join(channels):
+                report.mismatches.append(f"request {i} ({kind}): {call}, [{header}]")
 
         sampler = asyncio.create_task(sample())
         try:
@@ -333,7 +388,8 @@ def describe(report: SoakReport) -> str:
         f"`python -m bench.soak run --requests {report.requests} --concurrency "
         f"{report.concurrency} --store {report.store}` — one proxy process (`toolsentry serve`, "
         "repair on, max_reasks 2) in front of one scripted upstream process, all on loopback, "
-        f"{SESSIONS} sessions; streaming not included yet. "
+        f"{SESSIONS} sessions; half of each kind streamed (`stream: true`, checked through the "
+        "`: x-toolsentry` comment before `[DONE]`). "
         f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other work (load "
         f"average {report.load_average:.1f} at the end of the run; the load generator runs on "
         f"the same cores), Python {platform.python_version()}.",
@@ -342,6 +398,9 @@ def describe(report: SoakReport) -> str:
         "|---|---|",
         f"| requests (valid / repairable / unrepairable) | {report.requests:,} "
         f"({sent['valid']:,} / {sent['repairable']:,} / {sent['unrepairable']:,}) |",
+        f"| of which streamed (valid / repairable / unrepairable) | "
+        f"{sum(report.streamed.values()):,} ({report.streamed['valid']:,} / "
+        f"{report.streamed['repairable']:,} / {report.streamed['unrepairable']:,}) |",
         f"| upstream calls | {report.upstream_calls:,} |",
         f"| HTTP statuses | {dict(sorted(report.statuses.items()))} |",
         f"| counts equal to the scripted truth | {'yes, exactly' if report.exact else 'NO'} "
