@@ -1,0 +1,78 @@
+"""schemathesis against the proxy's own `/openapi.json`: requests generated from the schema, valid
+and invalid (wrong types, missing fields, odd paths and query strings), sent over HTTP to a proxy
+on loopback in front of a scripted upstream. The proxy never answers 5xx of its own making, and
+every 4xx it sends is an OpenAI-shaped error."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+
+from proxy.app import create_app
+from proxy.config import Settings
+from proxy.testing import LoopbackServer, ScriptedUpstream, completion, tool_call
+
+EXAMPLES = 150
+
+
+@pytest.fixture
+def proxy_url() -> Iterator[str]:
+    script = ScriptedUpstream(replies=[completion(tool_calls=[tool_call("get_order", {})])])
+    with LoopbackServer(script.app) as upstream:
+        config = Settings(upstreams=[{"name": "scripted", "base_url": f"{upstream.url}/v1"}])
+        with LoopbackServer(create_app(config)) as proxy:
+            yield proxy.url
+
+
+def is_openai_error(body: Any) -> bool:
+    error = body.get("error") if isinstance(body, dict) else None
+    return (
+        isinstance(error, dict)
+        and isinstance(error.get("message"), str)
+        and bool(error["message"])
+        and isinstance(error.get("type"), str)
+        and {"param", "code"} <= error.keys()
+    )
+
+
+def test_requests_generated_from_the_openapi_schema_get_no_5xx_and_openai_shaped_4xx(
+    proxy_url: str,
+) -> None:
+    spec = httpx.get(f"{proxy_url}/openapi.json", timeout=10).json()
+    schema = schemathesis.openapi.from_dict(spec)
+    cases = st.one_of(
+        schema.as_strategy(GenerationMode.POSITIVE), schema.as_strategy(GenerationMode.NEGATIVE)
+    )
+    seen: set[tuple[str, int]] = set()
+
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=cases)
+    def check(case: Any) -> None:
+        response = case.call(base_url=proxy_url, timeout=10)
+        where = f"{case.method} {case.formatted_path} -> {response.status_code}"
+        seen.add((case.operation.path, response.status_code))
+        # A 502/503/504 would be the upstream's failure passed on; the scripted one never fails.
+        assert response.status_code < 500, f"{where}: {response.content[:500]!r}"
+        if 400 <= response.status_code < 500:
+            assert is_openai_error(orjson.loads(response.content)), (
+                f"{where}: not an OpenAI error: {response.content[:500]!r}"
+            )
+
+    check()
+    # The fuzzing reached the chat route and got both answers and refusals from the proxy.
+    chat = {status for path, status in seen if path == "/v1/chat/completions"}
+    assert 200 in chat, seen
+    assert any(400 <= status < 500 for status in chat), seen
