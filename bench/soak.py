@@ -36,6 +36,7 @@ from proxy.testing import LoopbackServer, ScriptedUpstream, completion, free_por
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "soak-model"
 SESSIONS = 100
+RETRIES = 2  # per request, on a connection error (the OpenAI SDK's default)
 KINDS = ("valid", "repairable", "unrepairable")
 TOOLS = [
     {
@@ -53,7 +54,7 @@ TOOLS = [
     }
 ]
 GOOD_CALL = ("get_order_details", {"order_id": "#W1"})
-BAD_CALL = ("cancel_everything", {})
+BAD_CALL: tuple[str, dict[str, Any]] = ("cancel_everything", {})
 
 
 def kind_of(i: int) -> str:
@@ -160,6 +161,7 @@ class SoakReport:
     rss_kib: list[tuple[int, int]] = field(default_factory=list)  # (requests done, VmRSS KiB)
     load_average: float = 0.0  # the machine's 1-minute load average when the load ended
     streamed: Counter[str] = field(default_factory=Counter)  # `stream: true` requests per kind
+    retried: list[str] = field(default_factory=list)  # connection errors retried, one line each
 
     @property
     def exact(self) -> bool:
@@ -224,21 +226,34 @@ async def _load(
 
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
 
-        async def one(i: int) -> None:
-            nonlocal done
-            kind, stream = kind_of(i), streams(i)
-            async with gate:
+        async def exchange(i: int, kind: str, stream: bool) -> tuple[httpx.Response, bytes]:
+            # A connection error is retried, as the OpenAI SDK does: under a stalled machine the
+            # server's keep-alive timeout can close a pooled connection as a request goes out on
+            # it. A retry of a request the proxy had already seen would break the exact counts.
+            for attempt in range(RETRIES + 1):
                 request = client.build_request(
                     "POST",
                     "/v1/chat/completions",
                     json=request_body(kind, stream=stream),
                     headers={"x-session-id": session_of(i)},
                 )
-                response = await client.send(request, stream=True)
                 try:
-                    body = await response.aread()
-                finally:
-                    await response.aclose()
+                    response = await client.send(request, stream=True)
+                    try:
+                        return response, await response.aread()
+                    finally:
+                        await response.aclose()
+                except httpx.TransportError as exc:
+                    if attempt == RETRIES:
+                        raise
+                    report.retried.append(f"request {i}: {type(exc).__name__} {exc}")
+            raise AssertionError("unreachable")
+
+        async def one(i: int) -> None:
+            nonlocal done
+            kind, stream = kind_of(i), streams(i)
+            async with gate:
+                response, body = await exchange(i, kind, stream)
             done += 1
             report.statuses[response.status_code] += 1
             report.sent[kind] += 1
@@ -403,6 +418,8 @@ def describe(report: SoakReport) -> str:
         f"{report.streamed['repairable']:,} / {report.streamed['unrepairable']:,}) |",
         f"| upstream calls | {report.upstream_calls:,} |",
         f"| HTTP statuses | {dict(sorted(report.statuses.items()))} |",
+        f"| connection errors retried by the client (as the OpenAI SDK does) | "
+        f"{len(report.retried)} |",
         f"| counts equal to the scripted truth | {'yes, exactly' if report.exact else 'NO'} "
         f"({len(report.mismatches)} mismatches: sessions, /metrics, upstream calls) |",
         f"| wall time | {report.seconds:.1f} s ({report.requests / report.seconds:,.0f} requests/s) |",
@@ -445,6 +462,8 @@ def main() -> None:
     sys.stdout.write(section + "\n")
     for mismatch in report.mismatches[:20]:
         sys.stdout.write(f"mismatch: {mismatch}\n")
+    for retried in report.retried[:20]:
+        sys.stdout.write(f"retried: {retried}\n")
     if args.results is not None:
         write_section(args.results, section)
     sys.exit(0 if report.exact else 1)
