@@ -88,7 +88,7 @@ def request_body(kind: str, *, stream: bool = False) -> dict[str, Any]:
 
 def read_stream(body: bytes) -> tuple[list[str], dict[str, Any] | None, list[str]]:
     """A streamed answer's tool-call names (from the deltas), its `: x-toolsentry` accounting
-    (None when absent) and its problems: error events, undecodable lines, a missing `[DONE]`."""
+    (None when absent) and its problems: error events, a missing `[DONE]`."""
     names: list[str] = []
     accounting: dict[str, Any] | None = None
     problems: list[str] = []
@@ -433,9 +433,11 @@ def describe(report: SoakReport) -> str:
 
 
 def write_section(path: Path, section: str) -> None:
-    """Replace the "## Soak" section of `path` (or append it), leaving other sections alone."""
+    """Replace the "## Soak" section of `path` (or append it), leaving other sections alone.
+
+    The section ends at the next `## ` heading or `<!-- ` marker line (another tool's section)."""
     text = path.read_text() if path.exists() else ""
-    pattern = re.compile(r"^## Soak\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
+    pattern = re.compile(r"^## Soak\n.*?(?=^## |^<!-- |\Z)", re.MULTILINE | re.DOTALL)
     if pattern.search(text):
         text = pattern.sub(lambda _: section + "\n", text, count=1)
     else:
