@@ -30,42 +30,18 @@ from typing import Any
 
 import httpx
 
+# The fixtures are recorded with the very tools and system prompt the live suite sends.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.live.scenarios import (
+    GET_ORDER_DETAILS,
+    SYSTEM,
+    TOOLS,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "fixtures" / "vllm"
 MODEL = "gemma-270m"
 
-GET_ORDER_DETAILS = {
-    "type": "function",
-    "function": {
-        "name": "get_order_details",
-        "description": "Get the status and items of an order.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "order_id": {"type": "string", "description": "The order id, such as '#W0000000'."}
-            },
-            "required": ["order_id"],
-            "additionalProperties": False,
-        },
-    },
-}
-CANCEL_PENDING_ORDER = {
-    "type": "function",
-    "function": {
-        "name": "cancel_pending_order",
-        "description": "Cancel a pending order.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "order_id": {"type": "string"},
-                "reason": {"type": "string", "enum": ["no longer needed", "ordered by mistake"]},
-            },
-            "required": ["order_id", "reason"],
-            "additionalProperties": False,
-        },
-    },
-}
-TOOLS = [GET_ORDER_DETAILS, CANCEL_PENDING_ORDER]
 # A schema with a typo'd type: vLLM's guided decoding for `required` cannot follow it.
 TYPO_TOOLS = [
     {
@@ -81,11 +57,6 @@ TYPO_TOOLS = [
         },
     }
 ]
-
-SYSTEM = {
-    "role": "system",
-    "content": "You are a retail support agent. Use the tools to help the user.",
-}
 
 
 def tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
