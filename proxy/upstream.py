@@ -105,41 +105,50 @@ class Upstream(Protocol):
     async def close(self) -> None: ...
 
 
-def forwardable_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """Request or response headers minus hop-by-hop ones and credentials meant for the proxy."""
-    return {
-        k: v
-        for k, v in headers.items()
-        if k.lower() not in _HOP_HEADERS and k.lower() != "authorization"
-    }
-
-
-# A chat completion's body is re-encoded by the proxy, which sets its type and length; the
-# upstream's key comes only from configuration.
-_NOT_FORWARDED_WITH_CHAT = _HOP_HEADERS | {"authorization", "content-type"}
+# The proxy's own per-request controls (x-toolsentry-max-errors, x-toolsentry-repair).
 _PROXY_HEADERS = "x-toolsentry-"
 
 
-def chat_request_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The client's request headers to send upstream with a chat completion, names lower-cased.
+def forwardable_headers(
+    headers: Mapping[str, str], *, also_drop: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """Headers that may cross the proxy, in either direction, names lower-cased.
 
-    All of them (`x-request-id`, custom headers, …) but hop-by-hop ones (also those the
-    `connection` header names), `authorization`, `content-type`/`content-length` (the proxy
-    re-encodes the body) and the proxy's own `x-toolsentry-*` controls. One pass over `headers`.
+    Drops hop-by-hop ones (also those the `connection` header names), `authorization` (the
+    upstream's key comes only from configuration), the proxy's own `x-toolsentry-*` controls,
+    and `also_drop`. One pass over `headers`.
     """
     out: dict[str, str] = {}
     connection: str | None = None
     for name, value in headers.items():
         key = name.lower()
-        if key in _NOT_FORWARDED_WITH_CHAT or key.startswith(_PROXY_HEADERS):
-            if key == "connection":
-                connection = value
+        if key == "connection":
+            connection = value
+        if (
+            key in _HOP_HEADERS
+            or key == "authorization"
+            or key in also_drop
+            or key.startswith(_PROXY_HEADERS)
+        ):
             continue
         out[key] = value
     if connection:
         for token in connection.split(","):
             out.pop(token.strip().lower(), None)
     return out
+
+
+# A chat completion's body may be re-encoded by the proxy, which sets its type and length.
+_CHAT_ONLY_DROPPED = frozenset({"content-type"})
+
+
+def chat_request_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The client's request headers to send upstream with a chat completion.
+
+    All of them (`x-request-id`, custom headers, …) but what `forwardable_headers` drops and
+    `content-type` (the proxy sets it for the body it sends).
+    """
+    return forwardable_headers(headers, also_drop=_CHAT_ONLY_DROPPED)
 
 
 class AiohttpUpstream:
