@@ -19,10 +19,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from proxy import __version__
-from proxy.config import Settings
+from proxy.config import Settings, UpstreamConfig
 from proxy.errors import (
     AuthenticationError,
     BadRequestError,
+    ConfigError,
     NotFoundError,
     PayloadTooLargeError,
     ToolsentryError,
@@ -140,27 +141,26 @@ def create_app(
 ) -> FastAPI:
     """Build the proxy app from settings. `store` and `upstreams` may be injected (tests, benchmarks).
 
+    `environ` is where upstream API keys (`api_key_env`) are looked up; the command line passes
+    the process environment, and nothing here reads it on its own.
+
     `metrics_dir` is the directory the workers of a multi-process server share their metrics in
     (see `proxy.metrics.Metrics`); None keeps them in this process.
 
     Raises ConfigError when no upstream is configured or the store URL is invalid.
     """
-    from proxy.errors import ConfigError
-
     if upstreams is None:
         if not settings.upstreams:
             raise ConfigError(
                 "no upstream configured: give --upstream URL, TOOLSENTRY_UPSTREAMS or a config file"
             )
-        env = dict(environ if environ is not None else os.environ)
+        env = dict(environ or {})
         upstreams = [
             AiohttpUpstream(u, api_key=settings.upstream_api_key(u, env), retries=settings.retries)
             for u in settings.upstreams
         ]
     configs = settings.upstreams or []
     if len(configs) != len(upstreams):
-        from proxy.config import UpstreamConfig
-
         configs = [UpstreamConfig(name=u.name, base_url="http://injected") for u in upstreams]
     router = Router(upstreams, configs)
     session_store = store or open_store(settings.store, ttl_seconds=settings.session_ttl_seconds)

@@ -184,7 +184,7 @@ def serve(
     from proxy.app import create_app
 
     try:
-        application = create_app(settings)
+        application = create_app(settings, environ=os.environ)
     except ConfigError as exc:
         raise _fail(exc.message) from None
     _err.print(
@@ -236,7 +236,7 @@ def app_from_environment() -> Any:
         raise ConfigError(f"{RESOLVED_SETTINGS_ENV} is not set")
     settings = Settings.model_validate_json(raw)
     configure_logging(settings.log_level)
-    return create_app(settings, metrics_dir=os.environ.get(METRICS_DIR_ENV))
+    return create_app(settings, environ=os.environ, metrics_dir=os.environ.get(METRICS_DIR_ENV))
 
 
 def main() -> None:
