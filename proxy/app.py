@@ -230,8 +230,8 @@ def create_app(
         if not ok:
             raise AuthenticationError("this endpoint needs the admin key", code="invalid_admin_key")
 
-    async def read_json(request: Request) -> tuple[bytes, dict[str, Any]]:
-        """The body as sent, and parsed."""
+    async def read_body(request: Request) -> bytes:
+        """The body as sent, within the size limit."""
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > settings.max_body_bytes:
             raise PayloadTooLargeError(
@@ -246,14 +246,7 @@ def create_app(
                     f"request body exceeds the limit of {settings.max_body_bytes} bytes"
                 )
             chunks.append(chunk)
-        raw = b"".join(chunks)
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise BadRequestError(f"request body is not valid JSON: {exc}") from exc
-        if not isinstance(body, dict):
-            raise BadRequestError("request body must be a JSON object")
-        return raw, body
+        return b"".join(chunks)
 
     @app.exception_handler(ToolsentryError)
     async def on_toolsentry_error(request: Request, exc: ToolsentryError) -> Response:
@@ -280,12 +273,14 @@ def create_app(
     @app.post(CHAT_ROUTE, openapi_extra=_CHAT_BODY_SCHEMA)
     async def chat_completions(request: Request) -> Response:
         require_client(request)
-        raw, body = await read_json(request)
+        raw = await read_body(request)
+        parsed = service.bodies.parse(raw)
+        body = parsed.body
         started = time.perf_counter()
         # 32 random hex digits, as uuid4().hex gave, without building a UUID (a few µs).
         request_id = request.headers.get("x-request-id") or os.urandom(16).hex()
         try:
-            result = await service.handle(body, request.headers, raw=raw)
+            result = await service.handle(body, request.headers, raw=raw, index=parsed.index)
         except ToolsentryError as exc:
             log.info(
                 "chat_completion",

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from proxy.chatbody import ChatBodyParser
 from proxy.config import Settings
 from proxy.errors import (
     BadRequestError,
@@ -124,29 +125,38 @@ class ChatService:
             max_schema_bytes=settings.max_schema_bytes,
             max_schema_depth=settings.max_schema_depth,
         )
+        self.bodies = ChatBodyParser(self._limits)
         self._tool_error_prefix = settings.tool_error_prefix
         self._model_labels: set[str] = set()
 
     async def handle(
-        self, body: dict[str, Any], headers: Mapping[str, str], *, raw: bytes | None = None
+        self,
+        body: dict[str, Any],
+        headers: Mapping[str, str],
+        *,
+        raw: bytes | None = None,
+        index: ToolIndex | None = None,
     ) -> ChatResult | ChatStream:
         """Serve one chat-completions request (the route's only call).
 
         `raw`, when given, is the body as the client sent it (`body` is its parse): the upstream
-        gets those bytes as they are instead of `body` serialised again.
+        gets those bytes as they are instead of `body` serialised again. `index`, when given, is
+        `body["tools"]` compiled (`self.bodies` recognised them).
         """
         if body.get("stream"):
-            return await self.stream(body, headers)
-        return await self.complete(body, headers, raw=raw)
+            return await self.stream(body, headers, index=index)
+        return await self.complete(body, headers, raw=raw, index=index)
 
-    async def stream(self, body: dict[str, Any], headers: Mapping[str, str]) -> ChatStream:
+    async def stream(
+        self, body: dict[str, Any], headers: Mapping[str, str], *, index: ToolIndex | None = None
+    ) -> ChatStream:
         """Start one streamed chat completion (`stream: true`); see streamservice.py.
 
         Everything that can fail before the first byte raises here, as in `complete`:
         BadRequestError, BudgetExhaustedError under `reject`, UpstreamError. The `finish` policy
         is sent as a stream. The caller must `aclose` the returned stream when it is over.
         """
-        turn = await self.begin(body, headers)
+        turn = await self.begin(body, headers, index=index)
         if isinstance(turn, ChatResult):
             include_usage = (body.get("stream_options") or {}).get("include_usage")
             return completion_stream(
@@ -157,14 +167,20 @@ class ChatService:
     # -- the non-streaming pipeline -------------------------------------------------------------
 
     async def complete(
-        self, body: dict[str, Any], headers: Mapping[str, str], *, raw: bytes | None = None
+        self,
+        body: dict[str, Any],
+        headers: Mapping[str, str],
+        *,
+        raw: bytes | None = None,
+        index: ToolIndex | None = None,
     ) -> ChatResult:
-        """Run one non-streaming chat completion through the whole pipeline (`raw`: see `handle`).
+        """Run one non-streaming chat completion through the whole pipeline (`raw`, `index`: see
+        `handle`).
 
         Raises BadRequestError for invalid requests, BudgetExhaustedError under the `reject`
         policy, UnrepairedToolCallError under `on_unrepaired: reject`, and UpstreamError.
         """
-        turn_or_result = await self.begin(body, headers)
+        turn_or_result = await self.begin(body, headers, index=index)
         if isinstance(turn_or_result, ChatResult):
             return turn_or_result
         turn = turn_or_result
@@ -192,8 +208,12 @@ class ChatService:
 
     # -- the steps, shared with the streaming path ----------------------------------------------
 
-    async def begin(self, body: dict[str, Any], headers: Mapping[str, str]) -> Turn | ChatResult:
+    async def begin(
+        self, body: dict[str, Any], headers: Mapping[str, str], *, index: ToolIndex | None = None
+    ) -> Turn | ChatResult:
         """Check the request, count tool errors it reports, and apply the budget gate.
+
+        `index`: `body["tools"]` already compiled, when it is known.
 
         Returns the Turn to continue with, or a ready ChatResult (the `finish` policy).
         Raises BadRequestError or BudgetExhaustedError.
@@ -205,7 +225,8 @@ class ChatService:
         tools = body.get("tools")
         if tools is not None and not isinstance(tools, list):
             raise BadRequestError("'tools' must be an array", param="tools")
-        index = compile_tools(tools, limits=self._limits)
+        if index is None:
+            index = compile_tools(tools, limits=self._limits)
         model = self._model_label(body.get("model"))
         upstream = self.router.pick(body.get("model"))
         session = resolve_session_id(headers, body, header_name=self.settings.session_header)
