@@ -15,6 +15,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -76,6 +77,41 @@ class JSONBytes(Response):
     media_type = _JSON
 
 
+class JSONReply(Response):
+    """JSON bytes and a few headers, sent as they are: the chat route's answer, without the
+    header handling a general Response does for every kind of content (a few µs a request)."""
+
+    media_type = _JSON
+
+    def __init__(
+        self, content: bytes, status_code: int = 200, headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.body = content
+        self.status_code = status_code
+        self.background = None
+        raw = [(b"content-length", b"%d" % len(content)), (b"content-type", b"application/json")]
+        if headers:
+            raw += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        self.raw_headers = raw
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        await send({"type": "http.response.body", "body": self.body})
+
+
+def request_headers(scope: Scope) -> dict[str, str]:
+    """A request's headers by name (lower-case, as ASGI servers give them); of a repeated
+    header, the first, as Starlette's `Headers.get` reads it."""
+    headers: dict[str, str] = {}
+    for key, value in scope["headers"]:
+        name = key.decode("latin-1")
+        if name not in headers:
+            headers[name] = value.decode("latin-1")
+    return headers
+
+
 class SSEResponse(StreamingResponse):
     """Sends a ChatStream, and closes it (the upstream response with it) however the response
     ended: completed, client gone mid-body, or never started."""
@@ -126,9 +162,7 @@ class ProxyApp(FastAPI):
 
 
 def _error_response(exc: ToolsentryError) -> Response:
-    return Response(
-        orjson.dumps(exc.body()), status_code=status_of(exc), headers=exc.headers, media_type=_JSON
-    )
+    return JSONReply(orjson.dumps(exc.body()), status_of(exc), exc.headers)
 
 
 def create_app(
@@ -201,16 +235,16 @@ def create_app(
     client_keys = [k.get_secret_value().encode() for k in settings.api_keys]
     admin_key = settings.admin_key.get_secret_value().encode() if settings.admin_key else None
 
-    def bearer(request: Request) -> bytes | None:
-        value = request.headers.get("authorization", "")
+    def bearer(headers: Mapping[str, str]) -> bytes | None:
+        value = headers.get("authorization", "")
         if value[:7].lower() == "bearer ":
             return value[7:].strip().encode()
         return None
 
-    def require_client(request: Request) -> None:
+    def require_client(headers: Mapping[str, str]) -> None:
         if not client_keys:
             return
-        given = bearer(request)
+        given = bearer(headers)
         # Compare against every key, always, so timing does not reveal which key nearly matched.
         ok = False
         for key in client_keys:
@@ -223,30 +257,38 @@ def create_app(
             return
         # Either header may carry it: a client that sends its own key as the bearer token can
         # still present the admin key in x-admin-key. Both are compared, always.
-        candidates = (bearer(request) or b"", request.headers.get("x-admin-key", "").encode())
+        candidates = (
+            bearer(request.headers) or b"",
+            request.headers.get("x-admin-key", "").encode(),
+        )
         ok = False
         for given in candidates:
             ok |= admin_key is not None and bool(given) and hmac.compare_digest(given, admin_key)
         if not ok:
             raise AuthenticationError("this endpoint needs the admin key", code="invalid_admin_key")
 
-    async def read_body(request: Request) -> bytes:
-        """The body as sent, within the size limit."""
-        length = request.headers.get("content-length")
+    async def read_body(headers: Mapping[str, str], receive: Receive) -> bytes:
+        """The body as sent, within the size limit. Raises ClientDisconnect if the client left."""
+        length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > settings.max_body_bytes:
             raise PayloadTooLargeError(
                 f"request body is {length} bytes; the limit is {settings.max_body_bytes}"
             )
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnect()
+            chunk = message.get("body", b"")
             size += len(chunk)
             if size > settings.max_body_bytes:
                 raise PayloadTooLargeError(
                     f"request body exceeds the limit of {settings.max_body_bytes} bytes"
                 )
             chunks.append(chunk)
-        return b"".join(chunks)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     @app.exception_handler(ToolsentryError)
     async def on_toolsentry_error(request: Request, exc: ToolsentryError) -> Response:
@@ -272,15 +314,18 @@ def create_app(
 
     @app.post(CHAT_ROUTE, openapi_extra=_CHAT_BODY_SCHEMA)
     async def chat_completions(request: Request) -> Response:
-        require_client(request)
-        raw = await read_body(request)
+        return await answer_chat(request_headers(request.scope), request.receive)
+
+    async def answer_chat(headers: dict[str, str], receive: Receive) -> Response:
+        require_client(headers)
+        raw = await read_body(headers, receive)
         parsed = service.bodies.parse(raw)
         body = parsed.body
         started = time.perf_counter()
         # 32 random hex digits, as uuid4().hex gave, without building a UUID (a few µs).
-        request_id = request.headers.get("x-request-id") or os.urandom(16).hex()
+        request_id = headers.get("x-request-id") or os.urandom(16).hex()
         try:
-            result = await service.handle(body, request.headers, raw=raw, index=parsed.index)
+            result = await service.handle(body, headers, raw=raw, index=parsed.index)
         except ToolsentryError as exc:
             log.info(
                 "chat_completion",
@@ -321,26 +366,25 @@ def create_app(
                 latency_ms=round((time.perf_counter() - started) * 1000, 3),
                 **({"body": body} if settings.log_bodies else {}),
             )
-        return Response(
-            result.content(), status_code=result.status, headers=result.headers, media_type=_JSON
-        )
+        return JSONReply(result.content(), result.status, result.headers)
 
     async def serve_chat(scope: Scope, receive: Receive, send: Send) -> None:
         # What the exception handlers above would do for this route, without the stack around it.
-        request = Request(scope, receive)
         try:
-            response = await chat_completions(request)
+            response = await answer_chat(request_headers(scope), receive)
         except ToolsentryError as exc:
             response = _error_response(exc)
+        except ClientDisconnect:
+            return  # gone before its request was read: nobody to answer
         except Exception as exc:  # answered as on_unexpected answers any other route
-            response = await on_unexpected(request, exc)
+            response = await on_unexpected(Request(scope, receive), exc)
         await response(scope, receive, send)
 
     app.chat = serve_chat
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
-        require_client(request)
+        require_client(request.headers)
         merged: dict[str, Any] = {}
         for upstream in router.upstreams:
             try:
@@ -413,7 +457,7 @@ def create_app(
     )
     async def passthrough(request: Request, path: str) -> Response:
         """Other endpoints (/v1/completions, /v1/embeddings, /tokenize, …) go to the upstream raw."""
-        require_client(request)
+        require_client(request.headers)
         raw = await request.body()
         if len(raw) > settings.max_body_bytes:
             raise PayloadTooLargeError(f"request body exceeds {settings.max_body_bytes} bytes")

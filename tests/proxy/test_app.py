@@ -285,3 +285,14 @@ def test_the_chat_route_passes_through_middleware_added_to_the_app(
     assert response.headers["x-stamped"] == "yes"
     assert response.headers["x-toolsentry-session"]
     assert response.json()["choices"][0]["message"]["content"] == "hi"
+
+
+def test_of_a_repeated_header_the_chat_route_reads_the_first(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion("hi"))
+    headers = [("x-session-id", "first-one"), ("x-session-id", "second-one")]
+    with proxy.http() as http:
+        response = http.post("/v1/chat/completions", json=make_request(), headers=headers)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-toolsentry-session"] == "first-one"

@@ -3,9 +3,11 @@ normal completion or a clear OpenAI-shaped 4xx, never a 5xx of its own, and in b
 
 from __future__ import annotations
 
+import io
 import json
+import socket
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -14,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proxy.logs import configure_logging
 from proxy.testing import completion, tool_call
 from tests.proxy.builders import make_request, make_tool
 from tests.proxy.conftest import RunningProxy, RunningUpstream
@@ -23,6 +26,15 @@ EXAMPLES = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+
+
+@pytest.fixture
+def log() -> Iterator[io.StringIO]:
+    """What the proxy logs during the test, at info level."""
+    buffer = io.StringIO()
+    configure_logging("info", stream=buffer)
+    yield buffer
+    configure_logging("warning", stream=io.StringIO())
 
 
 def echo_first_tool(body: dict[str, Any]) -> Any:
@@ -268,3 +280,25 @@ def test_a_catastrophic_backtracking_pattern_cannot_hang_the_proxy(
         assert response.status_code == 200, response.text
         call = response.json()["choices"][0]["message"]["tool_calls"][0]
         assert call["function"]["name"] == "check"
+
+
+def test_a_client_that_leaves_halfway_through_its_body_costs_nothing_and_logs_no_error(
+    proxy: RunningProxy, upstream: RunningUpstream, log: io.StringIO
+) -> None:
+    body = orjson.dumps(make_request(user="left-halfway"))
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: proxy\r\n"
+        b"content-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+    )
+    with socket.create_connection(("127.0.0.1", proxy.server.port), timeout=10) as raw:
+        raw.sendall(head + body[: len(body) // 2])
+    upstream.script.push(completion("still here"))
+
+    with proxy.http() as http:
+        after = http.post("/v1/chat/completions", json=make_request(user="came-after"))
+        left = http.get("/v1/sessions/left-halfway")
+
+    assert after.status_code == 200, after.text
+    assert len(upstream.script.requests) == 1
+    assert left.status_code == 404
+    assert "error" not in [json.loads(line)["level"] for line in log.getvalue().splitlines()]
