@@ -347,8 +347,8 @@ class ChatService:
         `status` labels the request in the metrics (499: a streaming client went away).
         """
         errors = len(turn.unrepaired)
-        channels = Counter(v.channel.value for v in turn.found)
-        if errors or channels or turn.repaired:
+        if errors or turn.found or turn.repaired:
+            channels = Counter(v.channel.value for v in turn.found)
             passed_ids = [v.call_id for v in turn.unrepaired if v.call_id]
             if passed_ids:
                 # A later tool error for a call we already counted must not count twice.

@@ -25,6 +25,7 @@ from tenacity import (
 )
 from yarl import URL
 
+from proxy import __version__
 from proxy.config import UpstreamConfig
 from proxy.errors import (
     NotFoundError,
@@ -105,6 +106,8 @@ class Upstream(Protocol):
     async def close(self) -> None: ...
 
 
+USER_AGENT = f"toolsentry/{__version__}"
+
 # The proxy's own per-request controls (x-toolsentry-max-errors, x-toolsentry-repair).
 _PROXY_HEADERS = "x-toolsentry-"
 
@@ -175,7 +178,6 @@ class AiohttpUpstream:
                 connector=connector,
                 timeout=self._timeout,
                 auto_decompress=True,
-                skip_auto_headers=("User-Agent",),
                 json_serialize=lambda obj: orjson.dumps(obj).decode(),
             )
         return self._session
@@ -204,6 +206,9 @@ class AiohttpUpstream:
         out.pop("authorization", None)
         if has_body:
             out.setdefault("content-type", "application/json")
+        # The client's own, else the proxy's: aiohttp would add its own otherwise, and asking it
+        # to skip that (skip_auto_headers) costs a header-set copy on every request.
+        out.setdefault("user-agent", USER_AGENT)
         if self._api_key:
             out["authorization"] = f"Bearer {self._api_key}"
         return out

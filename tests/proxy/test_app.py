@@ -12,6 +12,7 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy import __version__
 from proxy.app import create_app
 from proxy.config import Settings
 from proxy.session.stores import MemoryStore, SessionRecord
@@ -296,3 +297,15 @@ def test_of_a_repeated_header_the_chat_route_reads_the_first(
         response = http.post("/v1/chat/completions", json=make_request(), headers=headers)
     assert response.status_code == 200, response.text
     assert response.headers["x-toolsentry-session"] == "first-one"
+
+
+def test_the_upstream_sees_the_clients_user_agent_or_the_proxys_when_it_sent_none(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion("one"), completion("two"))
+    with proxy.http() as http:
+        http.post("/v1/chat/completions", json=make_request(), headers={"user-agent": "agent/7"})
+        del http.headers["user-agent"]
+        http.post("/v1/chat/completions", json=make_request())
+    agents = [headers.get("user-agent") for headers in upstream.script.request_headers]
+    assert agents == ["agent/7", f"toolsentry/{__version__}"]

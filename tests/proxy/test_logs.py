@@ -1,8 +1,13 @@
 import io
+import re
 import tempfile
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.logs import REDACTED, configure_logging, get_logger, redact
 
@@ -60,3 +65,45 @@ def test_events_below_the_configured_level_are_not_written() -> None:
     log.info("hidden")
     log.warning("shown")
     assert [orjson.loads(line)["event"] for line in stream.getvalue().splitlines()] == ["shown"]
+
+
+_keys = st.sampled_from(["event", "model", "Authorization", "API_KEY", "token", "note", "x"])
+_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=10),
+    st.sampled_from(["Bearer sk-1", "bearer x", "BEARER  y"]),
+)
+_events = st.dictionaries(
+    _keys,
+    st.recursive(
+        _leaves,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_keys, inner, max_size=3),
+        max_leaves=6,
+    ),
+)
+
+
+@given(event=_events)
+def test_an_events_secrets_are_masked_as_redact_masks_them(event: dict[str, Any]) -> None:
+    configure_logging("info", stream=(stream := io.StringIO()))
+    get_logger().info("e", **{k: v for k, v in event.items() if k != "event"})
+    logged = orjson.loads(stream.getvalue())
+    expected = redact({k: v for k, v in event.items() if k != "event"})
+    assert {k: v for k, v in logged.items() if k not in ("event", "level", "timestamp")} == (
+        orjson.loads(orjson.dumps(expected))
+    )
+
+
+def test_the_timestamp_is_utc_iso_8601_with_microseconds_and_now() -> None:
+    stream = io.StringIO()
+    configure_logging("info", stream=stream)
+    before = datetime.now(UTC)
+    get_logger().info("stamped")
+    after = datetime.now(UTC)
+    stamp = orjson.loads(stream.getvalue())["timestamp"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp)
+    slack = timedelta(milliseconds=1)  # the two clocks round their microseconds differently
+    assert before - slack <= datetime.fromisoformat(stamp.replace("Z", "+00:00")) <= after + slack
