@@ -31,7 +31,7 @@ from proxy.errors import (
     error_body,
     status_of,
 )
-from proxy.logs import get_logger
+from proxy.logs import get_logger, log_request
 from proxy.metrics import CONTENT_TYPE, Metrics, UnknownToolStats
 from proxy.service import ChatResult, ChatService
 from proxy.session.stores import SessionStore, open_store
@@ -327,45 +327,48 @@ def create_app(
         try:
             result = await service.handle(body, headers, raw=raw, index=parsed.index)
         except ToolsentryError as exc:
-            log.info(
-                "chat_completion",
-                request_id=request_id,
-                model=body.get("model"),
-                status=status_of(exc),
-                error=exc.error_type,
-                latency_ms=round((time.perf_counter() - started) * 1000, 3),
+            log_request(
+                {
+                    "request_id": request_id,
+                    "model": body.get("model"),
+                    "status": status_of(exc),
+                    "error": exc.error_type,
+                    "latency_ms": round((time.perf_counter() - started) * 1000, 3),
+                }
             )
             raise
         if isinstance(result, ChatStream):
 
             def log_stream(stream: ChatStream) -> None:
                 summary = stream.summary or {}
-                log.info(
-                    "chat_completion",
-                    request_id=request_id,
-                    model=body.get("model"),
-                    session=stream.headers.get("x-toolsentry-session"),
-                    status=stream.status,
-                    stream=True,
-                    channels=",".join(summary.get("violations", [])) or None,
-                    errors=summary.get("errors"),
-                    latency_ms=round((time.perf_counter() - started) * 1000, 3),
-                    **({"body": body} if settings.log_bodies else {}),
-                )
+                fields = {
+                    "request_id": request_id,
+                    "model": body.get("model"),
+                    "session": stream.headers.get("x-toolsentry-session"),
+                    "status": stream.status,
+                    "stream": True,
+                    "channels": ",".join(summary.get("violations", [])) or None,
+                    "errors": summary.get("errors"),
+                    "latency_ms": round((time.perf_counter() - started) * 1000, 3),
+                }
+                if settings.log_bodies:
+                    fields["body"] = body
+                log_request(fields)
 
             return SSEResponse(result, log_stream)
         if isinstance(result, ChatResult):
-            log.info(
-                "chat_completion",
-                request_id=request_id,
-                model=body.get("model"),
-                session=result.headers.get("x-toolsentry-session"),
-                status=result.status,
-                channels=result.headers.get("x-toolsentry-violations") or None,
-                errors=result.headers.get("x-toolsentry-errors"),
-                latency_ms=round((time.perf_counter() - started) * 1000, 3),
-                **({"body": body} if settings.log_bodies else {}),
-            )
+            fields = {
+                "request_id": request_id,
+                "model": body.get("model"),
+                "session": result.headers.get("x-toolsentry-session"),
+                "status": result.status,
+                "channels": result.headers.get("x-toolsentry-violations") or None,
+                "errors": result.headers.get("x-toolsentry-errors"),
+                "latency_ms": round((time.perf_counter() - started) * 1000, 3),
+            }
+            if settings.log_bodies:
+                fields["body"] = body
+            log_request(fields)
         return JSONReply(result.content(), result.status, result.headers)
 
     async def serve_chat(scope: Scope, receive: Receive, send: Send) -> None:

@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.logs import REDACTED, configure_logging, get_logger, redact
+from proxy.logs import (
+    REDACTED,
+    _big_ints_as_text,
+    configure_logging,
+    get_logger,
+    log_request,
+    redact,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -93,7 +100,7 @@ def test_an_events_secrets_are_masked_as_redact_masks_them(event: dict[str, Any]
     logged = orjson.loads(stream.getvalue())
     expected = redact({k: v for k, v in event.items() if k != "event"})
     assert {k: v for k, v in logged.items() if k not in ("event", "level", "timestamp")} == (
-        orjson.loads(orjson.dumps(expected))
+        orjson.loads(orjson.dumps(_big_ints_as_text(expected)))
     )
 
 
@@ -107,3 +114,44 @@ def test_the_timestamp_is_utc_iso_8601_with_microseconds_and_now() -> None:
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp)
     slack = timedelta(milliseconds=1)  # the two clocks round their microseconds differently
     assert before - slack <= datetime.fromisoformat(stamp.replace("Z", "+00:00")) <= after + slack
+
+
+@given(event=_events)
+def test_the_request_event_is_the_line_the_structlog_logger_writes(event: dict[str, Any]) -> None:
+    fields = {k: v for k, v in event.items() if k != "event"}
+    lines = []
+    for write in (
+        lambda: get_logger().info("chat_completion", **fields),
+        lambda: log_request(dict(fields)),
+    ):
+        with tempfile.TemporaryFile("w+") as file:  # a binary-backed stream, as in production
+            configure_logging("info", stream=file)
+            write()
+            file.seek(0)
+            lines.append(orjson.loads(file.read()))
+    for line in lines:
+        assert line.pop("timestamp")
+    assert list(lines[0].items()) == list(lines[1].items())
+
+
+def test_the_request_event_is_not_written_below_info() -> None:
+    stream = io.StringIO()
+    configure_logging("warning", stream=stream)
+    log_request({"request_id": "r1"})
+    configure_logging("info", stream=stream)
+    log_request({"request_id": "r2", "authorization": "Bearer sk-1"})
+    (line,) = stream.getvalue().splitlines()
+    event = orjson.loads(line)
+    assert (event["request_id"], event["event"], event["authorization"]) == (
+        "r2",
+        "chat_completion",
+        REDACTED,
+    )
+
+
+def test_an_integer_beyond_64_bits_is_logged_as_its_digits_instead_of_failing() -> None:
+    stream = io.StringIO()
+    configure_logging("info", stream=stream)
+    get_logger().info("big", count=2**70, nested={"ids": [2**65, 3]})
+    event = orjson.loads(stream.getvalue())
+    assert (event["count"], event["nested"]) == (str(2**70), {"ids": [str(2**65), 3]})
