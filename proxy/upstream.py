@@ -282,12 +282,19 @@ class AiohttpUpstream:
         sent_headers = self._headers(headers, True)
         resp: aiohttp.ClientResponse | None = None
         refused: UpstreamResponse | None = None
+        # As in `request`: only a failed first attempt pays for tenacity's machinery.
         try:
-            async for attempt in self._retrying():
-                with attempt:
-                    resp = await self._open(url, body, sent_headers)
-        except _Retryable as exc:
-            refused = exc.response
+            resp = await self._open(url, body, sent_headers)
+        except (UpstreamConnectError, UpstreamTimeoutError, _Retryable) as exc:
+            first_failure: Exception = exc
+            try:
+                async for attempt in self._retrying():
+                    with attempt:
+                        if attempt.retry_state.attempt_number == 1:
+                            raise first_failure
+                        resp = await self._open(url, body, sent_headers)
+            except _Retryable as final:
+                refused = final.response
         if refused is not None:
             opened = UpstreamStream(refused.status, refused.headers, _replay(refused.body))
         else:
