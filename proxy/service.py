@@ -316,11 +316,17 @@ class ChatService:
         policy = self.settings.on_unrepaired
         if policy is OnUnrepaired.STRIP:
             stripped = strip_invalid(current, remaining)
-            turn.outcomes["stripped"] += len(remaining)
+            # A failure of the message itself (a call leaked into content, an empty answer, a
+            # required call not made) has no call to remove: the client gets it, and it counts.
+            kept = [v for v in remaining if v.call_index is None]
+            turn.outcomes["stripped"] += len(remaining) - len(kept)
             turn.outcomes["valid"] += len(stripped.get("tool_calls") or ())
             if reason == "tool_calls" and not stripped.get("tool_calls"):
                 reason = "stop"
-            return SettledChoice(stripped, reason, found, False, [], extra_usage, True)
+            if kept:
+                turn.unrepaired.extend(kept)
+                self._count_found(turn, beyond(kept, found))
+            return SettledChoice(stripped, reason, found, False, kept, extra_usage, True)
         turn.unrepaired.extend(remaining)
         # What the client gets is reported and counted in its channels, also where a re-ask
         # failed otherwise than the original response did.

@@ -463,3 +463,34 @@ def test_a_failure_repeated_on_every_reask_is_counted_once(
     assert raw.headers["x-toolsentry-violations"] == "unknown_tool"
     record = proxy.session("s-repeated")
     assert (record["errors"], record["channels"]) == (1, {"unknown_tool": 1})
+
+
+def test_on_unrepaired_strip_removes_the_invalid_call_and_costs_no_error(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    proxy = make_proxy(repair="off", on_unrepaired="strip")
+    upstream.script.push(completion(tool_calls=[tool_call("refund_everything", {}), VALID_CANCEL]))
+    raw = chat(proxy, "s-strip-call")
+    choice = raw.parse().choices[0]
+    assert [c.function.name for c in choice.message.tool_calls] == ["cancel_pending_order"]
+    assert raw.headers["x-toolsentry-errors"] == "0"
+    assert raw.headers["x-toolsentry-violations"] == "unknown_tool"
+    assert proxy.session("s-strip-call")["channels"] == {"unknown_tool": 1}
+    text = proxy.metrics()
+    assert (
+        metric(text, "toolsentry_tool_calls_total", model="scripted-model", outcome="stripped") == 1
+    )
+
+
+def test_on_unrepaired_strip_counts_a_call_leaked_into_content_which_it_cannot_strip(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    proxy = make_proxy(repair="off", on_unrepaired="strip")
+    leaked = '<tool_call>\n{"name": "cancel_pending_order", "arguments": {"order_id": "#W1"}}\n</tool_call>'
+    upstream.script.push(completion(leaked))
+    raw = chat(proxy, "s-strip-leak")
+    assert raw.parse().choices[0].message.content == leaked  # the client gets what it got
+    assert raw.headers["x-toolsentry-errors"] == "1"
+    assert raw.headers["x-toolsentry-violations"] == "leaked_tool_call"
+    session = proxy.session("s-strip-leak")
+    assert (session["errors"], session["channels"]) == (1, {"leaked_tool_call": 1})

@@ -356,6 +356,18 @@ def test_on_unrepaired_strip_removes_the_invalid_call_from_the_stream(
     assert choice["finish_reason"] == "tool_calls"
 
 
+def test_on_unrepaired_strip_counts_a_streamed_call_leaked_into_content(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    proxy = make_proxy(repair="off", on_unrepaired="strip")
+    leaked = '<tool_call>\n{"name": "cancel_pending_order", "arguments": {}}\n</tool_call>'
+    upstream.script.push(completion(leaked))
+    streamed = stream_chat(proxy, "s-strip-leak")
+    assert view(streamed.completion)[0]["content"] == leaked
+    assert (streamed.summary["errors"], streamed.summary["violations"]) == (1, ["leaked_tool_call"])
+    assert proxy.session("s-strip-leak")["channels"] == {"leaked_tool_call": 1}
+
+
 def test_on_unrepaired_reject_ends_the_stream_with_an_error_event(
     make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
 ) -> None:
