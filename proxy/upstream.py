@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 import orjson
@@ -38,6 +38,7 @@ from proxy.errors import (
 
 RETRYABLE_STATUS = frozenset({502, 503, 504})
 _MAX_CACHED_URLS = 64
+_T = TypeVar("_T")
 
 # Hop-by-hop and length headers are the transport's business, never forwarded either way.
 _HOP_HEADERS = frozenset(
@@ -231,20 +232,28 @@ class AiohttpUpstream:
         """
         url = self._url(path)
         sent_headers = self._headers(headers, body is not None)
+        try:
+            return await self._attempts(lambda: self._once(method, url, body, sent_headers))
+        except _Retryable as exc:
+            return exc.response
+
+    async def _attempts(self, send: Callable[[], Awaitable[_T]]) -> _T:
+        """`send()`, and again under the retry policy while it fails in a way worth retrying.
+
+        Raises the last failure: UpstreamConnectError, UpstreamTimeoutError, or _Retryable
+        carrying the last refusal (the caller decides what a refusal becomes).
+        """
         # Most requests succeed at once: only a failed first attempt pays for tenacity's machinery
         # (it cost about 8% of the proxy's CPU per request when every request went through it).
         try:
-            return await self._once(method, url, body, sent_headers)
+            return await send()
         except (UpstreamConnectError, UpstreamTimeoutError, _Retryable) as exc:
             first_failure: Exception = exc
-        try:
-            async for attempt in self._retrying():
-                with attempt:
-                    if attempt.retry_state.attempt_number == 1:
-                        raise first_failure
-                    return await self._once(method, url, body, sent_headers)
-        except _Retryable as exc:
-            return exc.response
+        async for attempt in self._retrying():
+            with attempt:
+                if attempt.retry_state.attempt_number == 1:
+                    raise first_failure
+                return await send()
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
     async def _once(
@@ -282,19 +291,10 @@ class AiohttpUpstream:
         sent_headers = self._headers(headers, True)
         resp: aiohttp.ClientResponse | None = None
         refused: UpstreamResponse | None = None
-        # As in `request`: only a failed first attempt pays for tenacity's machinery.
         try:
-            resp = await self._open(url, body, sent_headers)
-        except (UpstreamConnectError, UpstreamTimeoutError, _Retryable) as exc:
-            first_failure: Exception = exc
-            try:
-                async for attempt in self._retrying():
-                    with attempt:
-                        if attempt.retry_state.attempt_number == 1:
-                            raise first_failure
-                        resp = await self._open(url, body, sent_headers)
-            except _Retryable as final:
-                refused = final.response
+            resp = await self._attempts(lambda: self._open(url, body, sent_headers))
+        except _Retryable as exc:
+            refused = exc.response
         if refused is not None:
             opened = UpstreamStream(refused.status, refused.headers, _replay(refused.body))
         else:

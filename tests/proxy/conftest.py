@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 
 from proxy.app import create_app
 from proxy.config import Settings
+from proxy.logs import configure_logging
 from proxy.testing import LoopbackServer, ScriptedUpstream
 
 
@@ -67,6 +69,15 @@ class RunningProxy:
     def metrics(self) -> str:
         with self.http() as http:
             return http.get("/metrics").text
+
+
+@pytest.fixture
+def log() -> Iterator[io.StringIO]:
+    """What the proxy logs during the test, at info level."""
+    buffer = io.StringIO()
+    configure_logging("info", stream=buffer)
+    yield buffer
+    configure_logging("warning", stream=io.StringIO())
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import io
 import json
 import socket
 import string
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -16,7 +16,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.logs import configure_logging
 from proxy.testing import completion, tool_call
 from tests.proxy.builders import make_request, make_tool
 from tests.proxy.conftest import RunningProxy, RunningUpstream
@@ -26,15 +25,6 @@ EXAMPLES = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-
-
-@pytest.fixture
-def log() -> Iterator[io.StringIO]:
-    """What the proxy logs during the test, at info level."""
-    buffer = io.StringIO()
-    configure_logging("info", stream=buffer)
-    yield buffer
-    configure_logging("warning", stream=io.StringIO())
 
 
 def echo_first_tool(body: dict[str, Any]) -> Any:

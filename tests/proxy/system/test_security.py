@@ -4,7 +4,6 @@ logs, and no request can redirect the proxy to another upstream."""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -12,7 +11,6 @@ import pytest
 
 from proxy.app import create_app
 from proxy.config import Settings
-from proxy.logs import configure_logging
 from proxy.testing import (
     Fault,
     LoopbackServer,
@@ -27,15 +25,6 @@ CLIENT_KEY = "sk-client-7f3a9c1e55"
 ADMIN_KEY = "sk-admin-0d6b2e8f41"
 UPSTREAM_KEY = "sk-upstream-a4c9e7120b"
 SECRET_CONTENT = "my card number is 4111-1111-1111-1111"
-
-
-@pytest.fixture
-def log() -> Iterator[io.StringIO]:
-    """What the proxy logs during the test, at info level."""
-    buffer = io.StringIO()
-    configure_logging("info", stream=buffer)
-    yield buffer
-    configure_logging("warning", stream=io.StringIO())
 
 
 def keyed_proxy(upstream: RunningUpstream, **overrides: Any) -> LoopbackServer:
