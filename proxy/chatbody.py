@@ -33,6 +33,9 @@ from proxy.guard.toolcheck import DEFAULT_LIMITS, GuardLimits, ToolIndex, compil
 PREFIX_BYTES: Final = 64
 MAX_ENTRIES: Final = 64
 MAX_TOOLS_BYTES: Final = 262_144
+# The top-level `"tools"` is what is wanted; a body whose first few `"tools"` keys are all nested
+# gets a full parse instead of one attempt per key (each attempt parses the body once).
+MAX_CANDIDATES: Final = 8
 # `"tools"`, JSON blanks, `:`, blanks, and an array's opening bracket (not consumed).
 _TOOLS_ARRAY: Final = re.compile(rb'"tools"[ \t\r\n]*:[ \t\r\n]*(?=\[)')
 
@@ -125,8 +128,9 @@ class ChatBodyParser:
 
     def _learn(self, raw: bytes, tools: list[Any]) -> None:
         """Remember the bytes of this body's tools, if they compile (a first sight of them)."""
+        ascii_only = raw.isascii()
         for start in _value_starts(raw):
-            span = _value_at(raw, start)
+            span = _value_at(raw, start, ascii_only=ascii_only)
             if span is None or not PREFIX_BYTES < len(span) <= self.max_tools_bytes:
                 continue
             if span in self._entries:
@@ -155,16 +159,19 @@ class ChatBodyParser:
 
 
 def _value_starts(raw: bytes) -> Iterator[int]:
-    """Where an array value follows a `"tools"` key token, first to last.
+    """Where an array value follows a `"tools"` key token, the first `MAX_CANDIDATES` of them.
 
     Candidates only: one may be a nested key, or text inside a string.
     """
-    for match in _TOOLS_ARRAY.finditer(raw):
+    for _, match in zip(range(MAX_CANDIDATES), _TOOLS_ARRAY.finditer(raw), strict=False):
         yield match.end()
 
 
-def _value_at(raw: bytes, start: int) -> bytes | None:
-    """The bytes of the JSON value that starts at `start`, or None if none is there."""
+def _value_at(raw: bytes, start: int, *, ascii_only: bool) -> bytes | None:
+    """The bytes of the JSON value that starts at `start`, or None if none is there.
+
+    `ascii_only`: whether `raw` is all ASCII (then characters and bytes count alike).
+    """
     tail = memoryview(raw)[start:]
     try:
         orjson.loads(tail)
@@ -172,6 +179,6 @@ def _value_at(raw: bytes, start: int) -> bytes | None:
         if exc.msg != "unexpected content after document":
             return None
         # orjson reports the position in characters; the span is wanted in bytes.
-        end = exc.pos if raw.isascii() else len(bytes(tail).decode()[: exc.pos].encode())
+        end = exc.pos if ascii_only else len(bytes(tail).decode()[: exc.pos].encode())
         return bytes(tail[:end]).rstrip()
     return bytes(tail).rstrip()

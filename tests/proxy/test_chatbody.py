@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.chatbody import PREFIX_BYTES, ChatBodyParser
+from proxy.chatbody import MAX_CANDIDATES, PREFIX_BYTES, ChatBodyParser
 from proxy.errors import BadRequestError
 from proxy.guard.toolcheck import GuardLimits, compile_tools
 from tests.proxy.builders import RETAIL_TOOLS, make_request, make_tool
@@ -248,3 +248,35 @@ def test_whatever_the_body_the_parse_equals_a_full_parse(
     assert parsed.body == orjson.loads(raw)
     if parsed.index is not None:
         assert parsed.index is compile_tools(parsed.body["tools"])
+
+
+class CountingLoads:
+    """orjson.loads, counting its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._loads = orjson.loads
+
+    def __call__(self, data: Any) -> Any:
+        self.calls += 1
+        return self._loads(data)
+
+
+def test_a_body_of_many_nested_tools_keys_costs_a_bounded_number_of_parses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parser = seen(RETAIL_TOOLS)
+    messages = [{"role": "user", "content": "x", "tools": RETAIL_TOOLS} for _ in range(200)]
+    raw = dumps({"messages": messages, "tools": OTHER_TOOLS})
+    expected = orjson.loads(raw)
+    loads = CountingLoads()
+    monkeypatch.setattr(orjson, "loads", loads)
+
+    parsed = parser.parse(raw)
+
+    assert parsed.body == expected
+    # Each of the first MAX_CANDIDATES keys is tried as the known list (a parse of the rest of
+    # the body) and as a first sight of the body's tools, then the body is parsed whole: the
+    # 200 nested keys do not cost 200 parses of the body.
+    assert loads.calls <= 2 * MAX_CANDIDATES + 1
+    assert loads.calls < len(messages) / 4
