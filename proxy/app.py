@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from proxy import __version__
@@ -73,13 +73,9 @@ _NO_OPENTELEMETRY: dict[str, Any] = (
 )
 
 
-class JSONBytes(Response):
-    media_type = _JSON
-
-
 class JSONReply(Response):
-    """JSON bytes and a few headers, sent as they are: the chat route's answer, without the
-    header handling a general Response does for every kind of content (a few µs a request)."""
+    """JSON bytes and a few headers, sent as they are: every route's answer, without the header
+    handling a general Response does for every kind of content (a few µs a request)."""
 
     media_type = _JSON
 
@@ -301,16 +297,14 @@ def create_app(
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> Response:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return JSONResponse(error_body(str(exc.detail), kind), status_code=exc.status_code)
+        return JSONReply(orjson.dumps(error_body(str(exc.detail), kind)), exc.status_code)
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         # Never a traceback to the client; the log has it.
         log.error("unhandled_error", path=request.url.path, error=repr(exc), exc_info=exc)
-        return JSONResponse(
-            error_body("internal error in toolsentry; see the proxy's log", "internal_error"),
-            status_code=500,
-        )
+        body = error_body("internal error in toolsentry; see the proxy's log", "internal_error")
+        return JSONReply(orjson.dumps(body), 500)
 
     @app.post(CHAT_ROUTE, openapi_extra=_CHAT_BODY_SCHEMA)
     async def chat_completions(request: Request) -> Response:
@@ -403,11 +397,11 @@ def create_app(
                 merged.setdefault(
                     name, {"id": name, "object": "model", "created": 0, "owned_by": config.name}
                 )
-        return JSONBytes(orjson.dumps({"object": "list", "data": list(merged.values())}))
+        return JSONReply(orjson.dumps({"object": "list", "data": list(merged.values())}))
 
     @app.get("/healthz")
     async def healthz() -> Response:
-        return JSONBytes(b'{"status":"ok"}')
+        return JSONReply(b'{"status":"ok"}')
 
     @app.get("/readyz")
     async def readyz() -> Response:
@@ -417,9 +411,9 @@ def create_app(
             except ToolsentryError:
                 continue
             if response.status < 500:
-                return JSONBytes(orjson.dumps({"status": "ready", "upstream": upstream.name}))
-        return JSONResponse(
-            error_body("no upstream answers", "upstream_unavailable"), status_code=503
+                return JSONReply(orjson.dumps({"status": "ready", "upstream": upstream.name}))
+        return JSONReply(
+            orjson.dumps(error_body("no upstream answers", "upstream_unavailable")), 503
         )
 
     @app.get("/metrics")
@@ -432,7 +426,7 @@ def create_app(
         if order not in ("recent", "failing"):
             raise BadRequestError("order must be 'recent' or 'failing'", param="order")
         records = await session_store.list(order=order, limit=max(1, min(limit, 1000)))  # type: ignore[arg-type]
-        return JSONBytes(orjson.dumps({"object": "list", "data": [r.to_dict() for r in records]}))
+        return JSONReply(orjson.dumps({"object": "list", "data": [r.to_dict() for r in records]}))
 
     # Session ids may hold slashes (τ²-bench task ids do), as they are or percent-encoded.
     @app.get("/v1/sessions/{session_id:path}")
@@ -441,19 +435,19 @@ def create_app(
         record = await session_store.get(session_id)
         if record is None:
             raise NotFoundError(f"no session '{session_id}'", param="session_id")
-        return JSONBytes(orjson.dumps(record.to_dict()))
+        return JSONReply(orjson.dumps(record.to_dict()))
 
     @app.delete("/v1/sessions/{session_id:path}")
     async def delete_session(request: Request, session_id: str) -> Response:
         require_admin(request)
         if not await session_store.delete(session_id):
             raise NotFoundError(f"no session '{session_id}'", param="session_id")
-        return JSONBytes(orjson.dumps({"id": session_id, "deleted": True}))
+        return JSONReply(orjson.dumps({"id": session_id, "deleted": True}))
 
     @app.get("/v1/stats/unknown-tools")
     async def unknown_tool_stats(request: Request, limit: int = 20) -> Response:
         require_admin(request)
-        return JSONBytes(orjson.dumps(unknown.top(max(1, min(limit, 1000)))))
+        return JSONReply(orjson.dumps(unknown.top(max(1, min(limit, 1000)))))
 
     @app.api_route(
         "/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False
