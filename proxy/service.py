@@ -139,6 +139,7 @@ class ChatService:
     ) -> ChatResult | ChatStream:
         """Serve one chat-completions request (the route's only call).
 
+        `headers` are the client's, keyed by lower-case names (as ASGI servers give them).
         `raw`, when given, is the body as the client sent it (`body` is its parse): the upstream
         gets those bytes as they are instead of `body` serialised again. `index`, when given, is
         `body["tools"]` compiled (`self.bodies` recognised them).

@@ -60,9 +60,8 @@ def resolve_session_id(
 ) -> str:
     """The session a chat-completions request belongs to; the first source that has one wins.
 
-    1. the header `header_name`. The lookup is case-insensitive: `headers` may be any mapping
-       (a plain dict is scanned; a mapping whose keys are already lower-case, or Starlette's
-       case-insensitive `Headers`, is found directly);
+    1. the header `header_name` (any case), in `headers` keyed by lower-case names as ASGI
+       servers give them (or a case-insensitive mapping such as Starlette's `Headers`);
     2. `body["metadata"]["session_id"]`;
     3. `body["user"]`; a value that is not a valid id (too long, non-ASCII) is replaced by
        `"user-" + hash`, so one end user still maps to one session;
@@ -76,7 +75,7 @@ def resolve_session_id(
     Raises:
         BadRequestError: the header or `metadata.session_id` holds an invalid id.
     """
-    header = _header(headers, header_name)
+    header = headers.get(header_name.lower())
     if header is not None and header.strip():
         return _checked(header, param=header_name)
 
@@ -164,17 +163,6 @@ def tool_errors_in(
         if isinstance(call_id, str) and call_id and is_error(content_text(message.get("content"))):
             found.setdefault(call_id, None)
     return list(found)
-
-
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    wanted = name.lower()
-    value = headers.get(wanted)
-    if value is not None:
-        return value
-    for key, candidate in headers.items():
-        if key.lower() == wanted:
-            return candidate
-    return None
 
 
 def _valid(session: str) -> bool:

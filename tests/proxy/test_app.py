@@ -309,3 +309,13 @@ def test_the_upstream_sees_the_clients_user_agent_or_the_proxys_when_it_sent_non
         http.post("/v1/chat/completions", json=make_request())
     agents = [headers.get("user-agent") for headers in upstream.script.request_headers]
     assert agents == ["agent/7", f"toolsentry/{__version__}"]
+
+
+@pytest.mark.parametrize("name", ["X-Session-Id", "x-session-id", "X-SESSION-ID"])
+def test_the_session_header_is_found_whatever_its_case_on_the_wire(
+    proxy: RunningProxy, upstream: RunningUpstream, name: str
+) -> None:
+    upstream.script.push(completion("hi"))
+    with proxy.http() as http:
+        response = http.post("/v1/chat/completions", json=make_request(), headers={name: "abc"})
+    assert response.headers["x-toolsentry-session"] == "abc"
