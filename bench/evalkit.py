@@ -45,9 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-from bench.overhead import load_average, machine, markdown_table
+from bench.overhead import load_average, machine, markdown_table, rich_table
 from evalkit.domains import get_domain
 from evalkit.domains.base import Domain
 from evalkit.replay import Replay, ReplayOptions, reward_of
@@ -370,21 +369,12 @@ def headline(cells: dict[Key, Cell], concurrencies: list[int]) -> tuple[list[str
 
 
 def show(cells: dict[Key, Cell], args: argparse.Namespace) -> None:
-    table = Table(title="evalkit replay, embedded (medians over rounds; × direct: same round)")
-    for column in COLUMNS:
-        text = column in ("domain", "target")
-        table.add_column(column, justify="left" if text else "right", no_wrap=text)
-    for row in rows(cells):
-        table.add_row(*row)
-    console.print(table)
+    title = "evalkit replay, embedded (medians over rounds; × direct: same round)"
+    console.print(rich_table(title, COLUMNS, rows(cells), text_columns={"domain", "target"}))
     header, ratios = headline(cells, args.concurrency)
     if ratios:
-        t = Table(title="Headline ratios against direct (absolute figures in brackets)")
-        for column in header:
-            t.add_column(column)
-        for row in ratios:
-            t.add_row(*row)
-        console.print(t)
+        title = "Headline ratios against direct (absolute figures in brackets)"
+        console.print(rich_table(title, header, ratios))
 
 
 def section(

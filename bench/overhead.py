@@ -47,7 +47,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -791,32 +791,39 @@ def headline(outcomes: dict[str, Outcome]) -> tuple[list[list[str]], list[list[s
 
 
 def show(outcomes: dict[str, Outcome], info: dict[str, Any]) -> None:
-    table = Table(title="Proxy overhead (medians over rounds; added = target − direct)")
-    for column in COLUMNS:
-        table.add_column(column, justify="left" if column == "target" else "right")
-    for row in rows(outcomes):
-        table.add_row(*row)
-    console.print(table)
+    title = "Proxy overhead (medians over rounds; added = target − direct)"
+    console.print(rich_table(title, COLUMNS, rows(outcomes), text_columns={"target"}))
     ratios, goals = headline(outcomes)
     if ratios:
-        t = Table(title="Headline ratios")
-        for column in RATIO_COLUMNS:
-            t.add_column(column)
-        for row in ratios:
-            t.add_row(*row)
-        console.print(t)
+        console.print(rich_table("Headline ratios", RATIO_COLUMNS, ratios))
     if goals:
-        t = Table(title="Goals")
-        for column in ("goal", "measured", "target", ""):
-            t.add_column(column)
-        for row in goals:
-            t.add_row(*row)
-        console.print(t)
+        console.print(rich_table("Goals", ["goal", "measured", "target", ""], goals))
     for name, note in info["notes"].items():
         console.print(f"[dim]{name}: {note}[/]")
     for o in outcomes.values():
         if o.ttft_note:
             console.print(f"[dim]{o.name}: {o.ttft_note}[/]")
+
+
+def rich_table(
+    title: str,
+    header: Sequence[str],
+    body: Iterable[Sequence[str | None]],
+    *,
+    text_columns: Collection[str] | None = None,
+) -> Table:
+    """A table for the terminal; with `text_columns`, those are left-aligned and the rest
+    (figures) right-aligned."""
+    table = Table(title=title)
+    for column in header:
+        if text_columns is None:
+            table.add_column(column)
+        else:
+            text = column in text_columns
+            table.add_column(column, justify="left" if text else "right", no_wrap=text)
+    for row in body:
+        table.add_row(*row)
+    return table
 
 
 def markdown_table(header: list[str], body: list[list[str]]) -> str:
