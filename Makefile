@@ -3,8 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The real agent clients (Codex CLI, Claude Code), pinned in clients/package.json and its lock.
+CLIENTS_STAMP := clients/node_modules/.installed
 
-.PHONY: venv test check fmt lint types serve demo test-vllm bench clean
+.PHONY: venv clients test check fmt lint types serve demo test-vllm bench clean
 
 venv: $(STAMP)
 
@@ -14,10 +16,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-test: venv
+clients: $(CLIENTS_STAMP)
+
+$(CLIENTS_STAMP): clients/package.json clients/package-lock.json
+	cd clients && npm ci --no-audit --no-fund
+	touch $(CLIENTS_STAMP)
+
+test: venv clients
 	$(BIN)/pytest -m "not vllm"
 
-check: venv
+check: venv clients
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy

@@ -1,5 +1,5 @@
-"""Suite-wide set-up: the proxy's request log goes to a buffer, and a real `redis-server` for the
-tests that need one."""
+"""Suite-wide set-up: missing real components skip, or fail under CI (tests/require.py); the proxy's
+request log goes to a buffer; a real `redis-server` for the tests that need one."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ from hypothesis import HealthCheck, settings
 from proxy.logs import configure_logging
 from proxy.testing import free_port
 from tests.processes import stop_process
+from tests.require import require
+
+pytest_plugins = ("tests.require",)
 
 REDIS_MISSING = (
     "redis-server is not installed: install Debian's package redis-server "
@@ -88,7 +91,7 @@ def redis_server() -> Iterator[RedisServer]:
     """One `redis-server` for the whole run; skips (naming the package) when it is missing."""
     binary = shutil.which("redis-server")
     if binary is None:
-        pytest.skip(REDIS_MISSING)
+        require("redis", REDIS_MISSING)
     server = _start_redis(binary)
     try:
         yield server
