@@ -138,6 +138,31 @@ def serve(
             show_envvar=True,
         ),
     ] = None,
+    shadow_reference: Annotated[
+        str | None,
+        typer.Option(
+            help="Shadow comparison: the upstream (by name) that also answers a sample of "
+            "sessions, in the background, to compare tool decisions with [default: off].",
+            envvar="TOOLSENTRY_SHADOW_REFERENCE",
+            show_envvar=True,
+        ),
+    ] = None,
+    shadow_sample: Annotated[
+        float | None,
+        typer.Option(
+            help="Share of sessions shadowed, 0 to 1 [default: 0.05].",
+            envvar="TOOLSENTRY_SHADOW_SAMPLE",
+            show_envvar=True,
+        ),
+    ] = None,
+    shadow_log: Annotated[
+        Path | None,
+        typer.Option(
+            help="JSONL file with one line per shadow pair, for `evalkit shadow`.",
+            envvar="TOOLSENTRY_SHADOW_LOG",
+            show_envvar=True,
+        ),
+    ] = None,
 ) -> None:
     """Run the proxy. Every option can also be set in the environment or in the --config file."""
     try:
@@ -151,6 +176,16 @@ def serve(
             max_errors=max_errors,
             repair=repair,
             log_level=log_level,
+            shadow={
+                k: v
+                for k, v in (
+                    ("reference", shadow_reference),
+                    ("sample", shadow_sample),
+                    ("log", shadow_log),
+                )
+                if v is not None
+            }
+            or None,
         )
         check_runnable(settings)
     except ConfigError as exc:
@@ -223,6 +258,9 @@ def check_runnable(settings: Settings) -> None:
             "no upstream configured: give --upstream URL, set TOOLSENTRY_UPSTREAM, or list "
             "upstreams in a --config file"
         )
+    from proxy.shadow import check_shadow
+
+    check_shadow(settings)
     if settings.workers > 1 and settings.store == "memory":
         raise ConfigError(
             "--workers > 1 needs a shared session store: each worker would keep its own memory "

@@ -50,11 +50,53 @@ class UpstreamConfig(BaseModel):
         return value.rstrip("/")
 
 
+class ShadowConfig(BaseModel):
+    """Shadow comparison (DESIGN §11): a sample of sessions is answered by a reference upstream
+    too, in the background, and the two answers' tool decisions are compared. Off while
+    `reference` is unset. From the environment: `TOOLSENTRY_SHADOW_REFERENCE`,
+    `TOOLSENTRY_SHADOW_SAMPLE`, … (one variable per field) or `TOOLSENTRY_SHADOW` as JSON."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reference: str | None = Field(
+        default=None, description="Name of the upstream that answers the shadow copies."
+    )
+    models: list[str] = Field(
+        default_factory=list, description="Models whose requests are shadowed; empty means all."
+    )
+    sample: float = Field(
+        default=0.05, ge=0.0, le=1.0, description="Share of sessions shadowed on every turn."
+    )
+    seed: int = Field(default=0, description="Which sessions the sample picks, deterministically.")
+    max_in_flight: int = Field(
+        default=16, ge=1, description="Shadow requests at once; beyond it a pair is dropped."
+    )
+    timeout: float = Field(default=60.0, gt=0, description="Seconds the reference may take.")
+    log: Path | None = Field(default=None, description="JSONL file with one line per pair.")
+    log_max_bytes: int = Field(
+        default=64 * 1024 * 1024, ge=1024, description="Size at which the log is rotated."
+    )
+    log_backups: int = Field(default=3, ge=0, description="Rotated logs kept (log.1, log.2, …).")
+    log_bodies: bool = Field(
+        default=False, description="Also write both answers' message bodies to the log."
+    )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether shadowing is on: a reference is named and some sessions are sampled."""
+        return self.reference is not None and self.sample > 0
+
+
 class Settings(BaseSettings):
     """Everything the proxy can be told. Field descriptions are what `--help` and docs show."""
 
     model_config = SettingsConfigDict(
-        env_prefix="TOOLSENTRY_", extra="forbid", validate_default=True
+        env_prefix="TOOLSENTRY_",
+        extra="forbid",
+        validate_default=True,
+        # TOOLSENTRY_SHADOW_SAMPLE=0.1 sets shadow.sample: one split after the field's name.
+        env_nested_delimiter="_",
+        env_nested_max_split=1,
     )
 
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
@@ -99,6 +141,8 @@ class Settings(BaseSettings):
 
     log_level: LogLevel = "info"
     log_bodies: bool = False
+
+    shadow: ShadowConfig = Field(default_factory=ShadowConfig)
 
     _yaml_file: ClassVar[Path | None] = None
 

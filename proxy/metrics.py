@@ -204,3 +204,37 @@ class UnknownToolStats:
                 for model, counts in sorted(self._counts.items())
             }
         }
+
+
+class ShadowMetrics:
+    """The shadow comparison's families (proxy/shadow.py), on the registry of the proxy's
+    `Metrics` (or, in multiprocess mode, in its files). The reference's name is a label: it
+    comes from the configuration, so it is bounded."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        r = None if metrics.multiprocess_dir is not None else metrics.registry
+        self.pairs = PromCounter(
+            "toolsentry_shadow_pairs",
+            "Shadow pairs by outcome (agree, diverge, primary_only, reference_only, both).",
+            ["model", "reference", "outcome", "api"],
+            registry=r,
+        )
+        self.failures = PromCounter(
+            "toolsentry_shadow_failures",
+            "Shadowed answers that failed in a channel, per side (primary or reference).",
+            ["model", "reference", "side", "channel", "api"],
+            registry=r,
+        )
+        self.dropped = PromCounter(
+            "toolsentry_shadow_dropped",
+            "Shadow pairs dropped because max_in_flight shadow requests were running.",
+            ["model", "reference", "api"],
+            registry=r,
+        )
+        self.errors = PromCounter(
+            "toolsentry_shadow_errors",
+            "Shadow requests without a usable reference answer, by kind (timeout, connect, "
+            "status_N, invalid_answer, upstream, store).",
+            ["model", "reference", "kind", "api"],
+            registry=r,
+        )

@@ -35,6 +35,7 @@ _T = TypeVar("_T")
 #                              updated_at, and one "c:{channel}" field per channel
 #   {prefix}claims:{id}        sorted set: call id -> when it was last claimed
 #   {prefix}sessions:recent    sorted set: session id -> updated_at
+#   {prefix}counts:{key}       hash: field -> count, shared figures (`add_counts`); no TTL
 #   {prefix}sessions:failing   sorted set: "{rank}|{id}" -> errors, where rank is updated_at as a
 #                              fixed-width decimal, so equal error counts order by recency, then id
 #
@@ -132,6 +133,18 @@ return updated
 """
 )
 
+# KEYS: the counter set. ARGV: max fields (0: no cap), then field/count pairs. A field not yet
+# there is created only while the set has room.
+_ADD_COUNTS_LUA = """
+local key, cap = KEYS[1], tonumber(ARGV[1])
+for i = 2, #ARGV, 2 do
+  if cap == 0 or redis.call('HEXISTS', key, ARGV[i]) == 1 or redis.call('HLEN', key) < cap then
+    redis.call('HINCRBY', key, ARGV[i], ARGV[i + 1])
+  end
+end
+return 0
+"""
+
 _PURGE_BATCH = 100
 _LIST_PAGE = 64
 
@@ -196,6 +209,7 @@ class RedisStore:
         self._record_script = self._redis.register_script(_RECORD_LUA)
         self._claim_script = self._redis.register_script(_CLAIM_LUA)
         self._delete_script = self._redis.register_script(_DELETE_LUA)
+        self._add_counts_script = self._redis.register_script(_ADD_COUNTS_LUA)
 
     async def get(self, session: str) -> SessionRecord | None:
         async with self._translated():
@@ -255,6 +269,23 @@ class RedisStore:
         async with self._translated():
             updated = await self._delete_script(keys=keys, args=[session])
         return updated is not None and float(updated) + self._ttl > self._clock()
+
+    async def add_counts(
+        self, key: str, counts: Mapping[str, int], *, max_fields: int | None = None
+    ) -> None:
+        check_counts(0, 0, 0, counts)
+        if max_fields is not None and max_fields < 1:
+            return  # no room for any field, and 0 means "no cap" to the script
+        args: builtins.list[str | int] = [max_fields or 0]
+        for name, count in counts.items():
+            args += [name, count]
+        async with self._translated():
+            await self._add_counts_script(keys=[self._prefix + "counts:" + key], args=args)
+
+    async def read_counts(self, key: str) -> dict[str, int]:
+        async with self._translated():
+            fields = await self._redis.hgetall(self._prefix + "counts:" + key)
+        return {k: int(v) for k, v in _strings(fields).items()}
 
     async def close(self) -> None:
         await self._redis.aclose()

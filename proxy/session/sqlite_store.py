@@ -57,6 +57,12 @@ CREATE TABLE IF NOT EXISTS claimed_calls (
     PRIMARY KEY (session, call_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS claimed_calls_by_time ON claimed_calls (claimed_at);
+CREATE TABLE IF NOT EXISTS counts (
+    key   TEXT NOT NULL,
+    field TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (key, field)
+) WITHOUT ROWID;
 """
 
 _ORDER_SQL: dict[str, str] = {
@@ -126,6 +132,15 @@ class SqliteStore:
 
     async def delete(self, session: str) -> bool:
         return await self._run(self._delete, session, self._clock())
+
+    async def add_counts(
+        self, key: str, counts: Mapping[str, int], *, max_fields: int | None = None
+    ) -> None:
+        check_counts(0, 0, 0, counts)
+        await self._run(self._add_counts, key, dict(counts), max_fields)
+
+    async def read_counts(self, key: str) -> dict[str, int]:
+        return await self._run(self._read_counts, key)
 
     async def close(self) -> None:
         if self._closed:
@@ -226,6 +241,26 @@ class SqliteStore:
             self._forget(session)
             db.execute("DELETE FROM claimed_calls WHERE session = ?", (session,))
         return row is not None and row[0] + self._ttl > now
+
+    def _add_counts(self, key: str, counts: dict[str, int], max_fields: int | None) -> None:
+        db = self._db
+        with _transaction(db):
+            db.executemany(
+                "UPDATE counts SET count = count + ? WHERE key = ? AND field = ?",
+                [(count, key, name) for name, count in counts.items()],
+            )
+            present = {
+                row[0] for row in db.execute("SELECT field FROM counts WHERE key = ?", (key,))
+            }
+            room = None if max_fields is None else max(0, max_fields - len(present))
+            new = [(key, n, c) for n, c in counts.items() if n not in present][:room]
+            db.executemany("INSERT INTO counts VALUES (?, ?, ?)", new)
+
+    def _read_counts(self, key: str) -> dict[str, int]:
+        with _transaction(self._db, "BEGIN"):
+            return dict(
+                self._db.execute("SELECT field, count FROM counts WHERE key = ?", (key,)).fetchall()
+            )
 
     def _list(self, order_sql: str, limit: int, now: float) -> builtins.list[SessionRecord]:
         db = self._db

@@ -114,6 +114,25 @@ class SessionStore(Protocol):
         """Forget `session` and its marked call ids; return whether a live record existed."""
         ...
 
+    async def add_counts(
+        self, key: str, counts: Mapping[str, int], *, max_fields: int | None = None
+    ) -> None:
+        """Add `counts` to the counter set `key` in one atomic step (figures every worker and
+        replica share, such as the shadow comparison's; they do not expire).
+
+        A field not yet in the set is created only while the set has fewer than `max_fields`
+        fields (None: no cap), so names a model made up cannot grow it without bound; fields
+        already there are always added to.
+
+        Raises:
+            ValueError: a count is negative.
+        """
+        ...
+
+    async def read_counts(self, key: str) -> dict[str, int]:
+        """The counter set `key` (empty when nothing was counted)."""
+        ...
+
     async def close(self) -> None:
         """Release connections and threads; the store is unusable afterwards."""
         ...
@@ -179,6 +198,7 @@ class MemoryStore:
         # Both ordered least recently touched first, so eviction pops from the front.
         self._records: OrderedDict[str, SessionRecord] = OrderedDict()
         self._claims: OrderedDict[str, _Claims] = OrderedDict()
+        self._counts: dict[str, dict[str, int]] = {}
 
     async def get(self, session: str) -> SessionRecord | None:
         current = self._records.get(session)
@@ -242,9 +262,24 @@ class MemoryStore:
         current = self._records.pop(session, None)
         return current is not None and not self._expired(current.updated_at, self._clock())
 
+    async def add_counts(
+        self, key: str, counts: Mapping[str, int], *, max_fields: int | None = None
+    ) -> None:
+        check_counts(0, 0, 0, counts)
+        current = self._counts.setdefault(key, {})
+        for name, count in counts.items():
+            if name in current:
+                current[name] += count
+            elif max_fields is None or len(current) < max_fields:
+                current[name] = count
+
+    async def read_counts(self, key: str) -> dict[str, int]:
+        return dict(self._counts.get(key, {}))
+
     async def close(self) -> None:
         self._records.clear()
         self._claims.clear()
+        self._counts.clear()
 
     async def list(
         self, *, order: Order = "recent", limit: int = 50

@@ -285,3 +285,35 @@ class StoreConformance:
         again = await store.get("s1")
         assert again is not None
         assert (again.errors, again.channels) == (0, {"unknown_tool": 1})
+
+    async def test_counts_add_up_and_an_unknown_set_is_empty(self, store: SessionStore) -> None:
+        assert await store.read_counts("shadow") == {}
+        await store.add_counts("shadow", {"pairs": 1, "outcome|agree": 1})
+        await store.add_counts("shadow", {"pairs": 2, "outcome|both": 1})
+        assert await store.read_counts("shadow") == {
+            "pairs": 3,
+            "outcome|agree": 1,
+            "outcome|both": 1,
+        }
+        assert await store.read_counts("other") == {}
+
+    async def test_counts_beyond_the_field_cap_add_only_to_fields_already_there(
+        self, store: SessionStore
+    ) -> None:
+        await store.add_counts("names", {"a": 1, "b": 1}, max_fields=3)
+        await store.add_counts("names", {"c": 1, "d": 5, "a": 2}, max_fields=3)
+        await store.add_counts("names", {"e": 1, "b": 1}, max_fields=3)
+        assert await store.read_counts("names") == {"a": 3, "b": 2, "c": 1}
+
+    async def test_counts_are_not_session_records(self, store: SessionStore) -> None:
+        await store.add_counts("s1", {"pairs": 1})
+        assert await store.get("s1") is None
+        assert await store.list() == []
+
+    async def test_concurrent_count_increments_all_land(self, store: SessionStore) -> None:
+        await asyncio.gather(*(store.add_counts("k", {"n": 1, "m": 2}) for _ in range(50)))
+        assert await store.read_counts("k") == {"n": 50, "m": 100}
+
+    async def test_a_negative_count_is_refused(self, store: SessionStore) -> None:
+        with pytest.raises(ValueError, match="only grow"):
+            await store.add_counts("k", {"n": -1})

@@ -1,0 +1,522 @@
+"""The shadow comparison's arithmetic (DESIGN §11): pure, no I/O, no clock.
+
+A pair is one request answered twice, by the served model (the primary, e.g. INT4) and by its
+full-precision reference (e.g. BF16). Each answer is reduced to a `Decision` (the tool names it
+called, its arguments, its failures); `Pair` classifies the two; `Tally` adds pairs up as flat
+string → count fields, the form the session store keeps them in so every worker and replica sees
+the same figures; `figures` turns a tally into what `GET /v1/stats/shadow` shows.
+
+The live figures are deliberately simple — rates with a Wilson interval, a rate ratio with Katz's
+log interval, Spearman's rank correlation, the novel share, argument agreement. `evalkit shadow`
+reads the shadow log and adds the full statistics (evalkit imports this module; the proxy never
+imports evalkit).
+
+Units. A rate is per answer: the share of pairs whose primary (reference) answer failed in the
+channel at least once. A signature is (channel, tool name as called; "" for a channel that names
+no tool) and is counted once per failure, as in evalkit's analysis.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any, Final, TypeVar
+
+import orjson
+
+from proxy.guard.channels import Violation
+from proxy.guard.toolcheck import parse_arguments
+
+Z_95: Final = NormalDist().inv_cdf(0.975)
+_K = TypeVar("_K")
+TOP_NAMES: Final = 10
+
+# Field names of a tally. A tool name may hold any character, so it is always the last part.
+_SEP: Final = "|"
+PAIRS: Final = "pairs"
+DROPPED: Final = "dropped"
+_OUTCOME: Final = "outcome"
+_ANSWERS: Final = "answers"
+_SIGNATURE: Final = "sig"
+_ERRORS: Final = "errors"
+ARGS_COMPARED: Final = "args|compared"
+ARGS_EQUAL: Final = "args|equal"
+_ARG_KEY: Final = "args|key"
+
+
+class Outcome(enum.StrEnum):
+    """How the two answers of a pair compare. The value is the metric label and the log's word."""
+
+    AGREE = "agree"  # both valid: the same tool names in the same order, or both plain text
+    DIVERGE = "diverge"  # both valid, a different tool decision
+    PRIMARY_ONLY = "primary_only"  # only the primary's answer failed
+    REFERENCE_ONLY = "reference_only"  # only the reference's answer failed
+    BOTH = "both"  # both failed, with the same signatures or not
+
+
+class Side(enum.StrEnum):
+    """Which answer of a pair."""
+
+    PRIMARY = "primary"
+    REFERENCE = "reference"
+
+
+Signature = tuple[str, str]
+"""(channel, tool name as called); the name is "" for a channel that names no tool."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One side's answer, reduced to what the comparison reads.
+
+    `tools` are the names called, in order; `arguments` each call's arguments as canonical JSON
+    (keys sorted) when they parse to an object, else None; `failures` one signature per violation
+    the guard found.
+    """
+
+    tools: tuple[str, ...]
+    arguments: tuple[str | None, ...]
+    failures: tuple[Signature, ...]
+
+    @property
+    def valid(self) -> bool:
+        """Whether the guard found nothing wrong with the answer."""
+        return not self.failures
+
+    @property
+    def channels(self) -> tuple[str, ...]:
+        """The channels this answer failed in, each once, in the order first seen."""
+        return tuple(dict.fromkeys(channel for channel, _ in self.failures))
+
+    @classmethod
+    def of(cls, calls: Iterable[tuple[str, object]], violations: Iterable[Violation]) -> Decision:
+        """The decision of an answer whose tool calls are `(name, arguments)` (arguments as the
+        model wrote them: a JSON text, or an already-decoded object) and which the guard judged
+        with `violations`."""
+        names: list[str] = []
+        arguments: list[str | None] = []
+        for name, raw in calls:
+            names.append(name)
+            arguments.append(canonical_arguments(raw))
+        failures = tuple(signature_of(v) for v in violations)
+        return cls(tuple(names), tuple(arguments), failures)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The log's form of the decision: names and channels, never argument values."""
+        return {
+            "tools": list(self.tools),
+            "channels": list(self.channels),
+            "failures": [{"channel": c, "tool": t} for c, t in self.failures],
+        }
+
+
+def signature_of(violation: Violation) -> Signature:
+    """The failure signature of one violation: (channel, tool name as called or "")."""
+    return (violation.channel.value, violation.tool_name or "")
+
+
+def canonical_arguments(raw: object) -> str | None:
+    """A call's arguments as canonical JSON (sorted keys), or None when they are not an object."""
+    value, problem = parse_arguments(raw)
+    if problem is not None or not isinstance(value, dict):
+        return None
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def classify(primary: Decision, reference: Decision) -> Outcome:
+    """The outcome of a pair (see `Outcome`)."""
+    if primary.valid and reference.valid:
+        return Outcome.AGREE if primary.tools == reference.tools else Outcome.DIVERGE
+    if reference.valid:
+        return Outcome.PRIMARY_ONLY
+    if primary.valid:
+        return Outcome.REFERENCE_ONLY
+    return Outcome.BOTH
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentAgreement:
+    """For a pair that calls the same tools in the same order: how many calls had equal
+    arguments, and the argument keys whose values differed (summed over the calls)."""
+
+    compared: int
+    equal: int
+    differing_keys: Mapping[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "compared": self.compared,
+            "equal": self.equal,
+            "differing_keys": dict(sorted(self.differing_keys.items())),
+        }
+
+
+def compare_arguments(primary: Decision, reference: Decision) -> ArgumentAgreement | None:
+    """Argument agreement when both sides call the same tools in the same order (None
+    otherwise, and for plain-text answers). A call whose arguments are not an object on either
+    side counts as compared and not equal, with no keys named."""
+    if not primary.tools or primary.tools != reference.tools:
+        return None
+    equal = 0
+    keys: Counter[str] = Counter()
+    for mine, theirs in zip(primary.arguments, reference.arguments, strict=True):
+        if mine is not None and mine == theirs:
+            equal += 1
+            continue
+        if mine is None or theirs is None:
+            continue
+        a, b = orjson.loads(mine), orjson.loads(theirs)
+        keys.update(
+            k for k in sorted(a.keys() | b.keys()) if a.get(k, _MISSING) != b.get(k, _MISSING)
+        )
+    return ArgumentAgreement(len(primary.tools), equal, keys)
+
+
+_MISSING: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """One request answered by both sides. `arguments` is their argument agreement (see
+    `compare_arguments`); `between` computes it."""
+
+    primary: Decision
+    reference: Decision
+    arguments: ArgumentAgreement | None
+
+    @classmethod
+    def between(cls, primary: Decision, reference: Decision) -> Pair:
+        """The pair of two decisions, their argument agreement computed."""
+        return cls(primary, reference, compare_arguments(primary, reference))
+
+    @property
+    def outcome(self) -> Outcome:
+        return classify(self.primary, self.reference)
+
+    def side(self, side: Side) -> Decision:
+        return self.primary if side is Side.PRIMARY else self.reference
+
+    def to_log(self) -> dict[str, Any]:
+        """The pair's fields of a shadow log line: outcome, both decisions, argument agreement."""
+        return {
+            "outcome": self.outcome.value,
+            "primary": self.primary.to_dict(),
+            "reference": self.reference.to_dict(),
+            "arguments": None if self.arguments is None else self.arguments.to_dict(),
+        }
+
+    @classmethod
+    def from_log(cls, line: Mapping[str, Any]) -> Pair:
+        """The pair a shadow log line holds (the inverse of `to_log`, argument values aside).
+
+        Raises:
+            ValueError: a field is missing or of the wrong type.
+        """
+        try:
+            sides = [_decision_from_log(line[s.value]) for s in Side]
+            raw = line["arguments"]
+            agreement = (
+                None
+                if raw is None
+                else ArgumentAgreement(
+                    int(raw["compared"]),
+                    int(raw["equal"]),
+                    {str(k): int(v) for k, v in raw["differing_keys"].items()},
+                )
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"not a shadow pair: {exc!r}") from exc
+        return cls(sides[0], sides[1], agreement)
+
+
+def _decision_from_log(data: Mapping[str, Any]) -> Decision:
+    tools = tuple(str(t) for t in data["tools"])
+    failures = tuple((str(f["channel"]), str(f.get("tool") or "")) for f in data["failures"])
+    return Decision(tools, (None,) * len(tools), failures)
+
+
+# -- tallies -------------------------------------------------------------------------------------
+
+
+def pair_counts(pair: Pair) -> tuple[dict[str, int], dict[str, int]]:
+    """What one pair adds to a tally, split into the bounded fields (pairs, outcomes, per-channel
+    answers, argument totals) and the unbounded ones (signatures and argument keys hold names a
+    model made up; the store caps how many of those it keeps)."""
+    fixed: Counter[str] = Counter({PAIRS: 1, outcome_field(pair.outcome): 1})
+    names: Counter[str] = Counter()
+    for side in Side:
+        decision = pair.side(side)
+        for channel in decision.channels:
+            fixed[f"{_ANSWERS}{_SEP}{side.value}{_SEP}{channel}"] += 1
+        for channel, tool in decision.failures:
+            names[f"{_SIGNATURE}{_SEP}{side.value}{_SEP}{channel}{_SEP}{tool}"] += 1
+    agreement = pair.arguments
+    if agreement is not None:
+        fixed[ARGS_COMPARED] += agreement.compared
+        fixed[ARGS_EQUAL] += agreement.equal
+        for key, count in agreement.differing_keys.items():
+            names[f"{_ARG_KEY}{_SEP}{key}"] += count
+    return dict(fixed), dict(names)
+
+
+def outcome_field(outcome: Outcome) -> str:
+    """The tally field counting pairs of one outcome."""
+    return f"{_OUTCOME}{_SEP}{outcome.value}"
+
+
+def error_field(kind: str) -> str:
+    """The tally field counting reference failures of one kind (timeout, status_500, …)."""
+    return f"{_ERRORS}{_SEP}{kind}"
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """Everything counted for one (model, reference), read back from flat fields."""
+
+    pairs: int
+    dropped: int
+    outcomes: Mapping[str, int]
+    answers: Mapping[tuple[str, str], int]  # (side, channel) -> answers failing in it
+    signatures: Mapping[str, Counter[Signature]]  # side -> signature counts
+    errors: Mapping[str, int]
+    args_compared: int
+    args_equal: int
+    differing_keys: Mapping[str, int]
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, int]) -> Tally:
+        """Read a tally from its fields (both halves of `pair_counts`, merged)."""
+        outcomes: dict[str, int] = {}
+        answers: dict[tuple[str, str], int] = {}
+        signatures: dict[str, Counter[Signature]] = {s.value: Counter() for s in Side}
+        errors: dict[str, int] = {}
+        keys: dict[str, int] = {}
+        for name, count in fields.items():
+            kind, _, rest = name.partition(_SEP)
+            if kind == _OUTCOME:
+                outcomes[rest] = count
+            elif kind == _ANSWERS:
+                side, _, channel = rest.partition(_SEP)
+                answers[(side, channel)] = count
+            elif kind == _SIGNATURE:
+                side, _, signature = rest.partition(_SEP)
+                channel, _, tool = signature.partition(_SEP)
+                if side in signatures:
+                    signatures[side][(channel, tool)] += count
+            elif kind == _ERRORS:
+                errors[rest] = count
+            elif name.startswith(_ARG_KEY + _SEP):
+                keys[name.removeprefix(_ARG_KEY + _SEP)] = count
+        return cls(
+            pairs=fields.get(PAIRS, 0),
+            dropped=fields.get(DROPPED, 0),
+            outcomes=outcomes,
+            answers=answers,
+            signatures=signatures,
+            errors=errors,
+            args_compared=fields.get(ARGS_COMPARED, 0),
+            args_equal=fields.get(ARGS_EQUAL, 0),
+            differing_keys=keys,
+        )
+
+
+def tally_pairs(pairs: Iterable[Pair]) -> Tally:
+    """The tally of some pairs, without a store (the shadow log's reader uses this)."""
+    fields: Counter[str] = Counter()
+    for pair in pairs:
+        fixed, names = pair_counts(pair)
+        fields.update(fixed)
+        fields.update(names)
+    return Tally.parse(fields)
+
+
+def is_sampled(session: str, *, seed: int, rate: float) -> bool:
+    """Whether `session` is in the shadow sample: a hash of (seed, session) read as a number in
+    [0, 1), below `rate`. The same session gets the same answer on every turn, worker and
+    replica, so a sampled session is shadowed on all its turns."""
+    if rate >= 1.0:
+        return True
+    if rate <= 0.0:
+        return False
+    digest = hashlib.blake2b(f"{seed}\x00{session}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 < rate
+
+
+# -- statistics ----------------------------------------------------------------------------------
+
+
+def wilson(successes: int, trials: int, z: float = Z_95) -> tuple[float, float] | None:
+    """The Wilson score interval of `successes / trials`; None without trials.
+
+    Raises:
+        ValueError: when successes exceed trials or a count is negative.
+    """
+    if successes < 0 or trials < 0 or successes > trials:
+        raise ValueError(f"need 0 ≤ successes ≤ trials, got {successes} of {trials}")
+    if trials == 0:
+        return None
+    p = successes / trials
+    spread = z * z / trials
+    centre = (p + spread / 2) / (1 + spread)
+    half = z * math.sqrt(p * (1 - p) / trials + spread / (4 * trials)) / (1 + spread)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass(frozen=True, slots=True)
+class Ratio:
+    """`primary rate / reference rate` with a 95% interval (Katz's log method). `corrected`: one
+    side had no events, so half an event was added to each side (the usual continuity fix)."""
+
+    ratio: float
+    low: float
+    high: float
+    corrected: bool
+
+    @property
+    def excludes_one(self) -> bool:
+        return self.low > 1.0 or self.high < 1.0
+
+
+def katz_ratio(
+    primary_events: int, reference_events: int, trials: int, z: float = Z_95
+) -> Ratio | None:
+    """The ratio of two rates over the same `trials` with Katz's log interval; None without
+    trials or without events on either side. The same arithmetic as evalkit's `rate_ratio`."""
+    if trials <= 0 or (primary_events == 0 and reference_events == 0):
+        return None
+    p, r, n = float(primary_events), float(reference_events), float(trials)
+    corrected = primary_events == 0 or reference_events == 0
+    if corrected:
+        p, r, n = p + 0.5, r + 0.5, n + 1.0
+    ratio = p / r
+    se = math.sqrt(1.0 / p - 1.0 / n + 1.0 / r - 1.0 / n)
+    return Ratio(ratio, ratio * math.exp(-z * se), ratio * math.exp(z * se), corrected)
+
+
+def average_ranks(values: Sequence[float]) -> list[float]:
+    """Ranks from 1, ties sharing their average rank."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in order[i : j + 1]:
+            ranks[k] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def rank_correlation(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Spearman's rank correlation; None for fewer than two points or a constant side.
+
+    Raises:
+        ValueError: when the sequences differ in length.
+    """
+    if len(x) != len(y):
+        raise ValueError(f"sequences differ in length: {len(x)} and {len(y)}")
+    if len(x) < 2:
+        return None
+    rx, ry = average_ranks(x), average_ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    if sxx == 0 or syy == 0:
+        return None
+    return sxy / math.sqrt(sxx * syy)
+
+
+def signature_agreement(
+    primary: Mapping[Signature, int], reference: Mapping[Signature, int]
+) -> tuple[float | None, float | None]:
+    """(Spearman correlation of the two sides' signature counts over the union of signatures,
+    share of the primary's failures whose signature the reference never produced). Either is
+    None where undefined (no signatures; no primary failures)."""
+    keys = sorted(primary.keys() | reference.keys())
+    correlation = rank_correlation(
+        [primary.get(k, 0) for k in keys], [reference.get(k, 0) for k in keys]
+    )
+    total = sum(primary.values())
+    novel = sum(n for k, n in primary.items() if not reference.get(k, 0))
+    return correlation, (novel / total if total else None)
+
+
+def figures(tally: Tally, *, top: int = TOP_NAMES) -> dict[str, Any]:
+    """The JSON of one (model, reference) for `GET /v1/stats/shadow`, with the counts behind
+    each figure. Hallucinated names appear only in the top-`top` lists."""
+    n = tally.pairs
+    channels = sorted({c for _, c in tally.answers})
+    per_channel: dict[str, Any] = {}
+    for channel in channels:
+        entry: dict[str, Any] = {}
+        events = {s: tally.answers.get((s.value, channel), 0) for s in Side}
+        for side in Side:
+            entry[side.value] = _rate(events[side], n)
+        ratio = katz_ratio(events[Side.PRIMARY], events[Side.REFERENCE], n)
+        entry["ratio"] = None if ratio is None else _ratio_dict(ratio)
+        per_channel[channel] = entry
+    primary = tally.signatures.get(Side.PRIMARY.value, Counter())
+    reference = tally.signatures.get(Side.REFERENCE.value, Counter())
+    correlation, novel = signature_agreement(primary, reference)
+    novel_failures = sum(c for k, c in primary.items() if not reference.get(k, 0))
+    return {
+        "pairs": n,
+        "dropped": tally.dropped,
+        "errors": dict(sorted(tally.errors.items())),
+        "outcomes": {o.value: tally.outcomes.get(o.value, 0) for o in Outcome},
+        "channels": per_channel,
+        "signatures": {
+            "rank_correlation": correlation,
+            "distinct": len(primary.keys() | reference.keys()),
+            "novel_share": novel,
+            "novel_failures": novel_failures,
+            "primary_failures": sum(primary.values()),
+            "reference_failures": sum(reference.values()),
+            "top": {
+                side: [
+                    {"channel": c, "tool": t, "count": k}
+                    for (c, t), k in _most_common(tally.signatures.get(side, Counter()), top)
+                ]
+                for side in (Side.PRIMARY.value, Side.REFERENCE.value)
+            },
+        },
+        "arguments": {
+            "compared": tally.args_compared,
+            "equal": tally.args_equal,
+            "agreement": (tally.args_equal / tally.args_compared) if tally.args_compared else None,
+            "differing_keys": [
+                {"key": key, "count": count}
+                for key, count in _most_common(Counter(tally.differing_keys), top)
+            ],
+        },
+    }
+
+
+def _rate(events: int, trials: int) -> dict[str, Any]:
+    interval = wilson(events, trials)
+    return {
+        "answers": events,
+        "rate": events / trials if trials else None,
+        "ci": None if interval is None else list(interval),
+    }
+
+
+def _ratio_dict(ratio: Ratio) -> dict[str, Any]:
+    return {
+        "value": ratio.ratio,
+        "ci": [ratio.low, ratio.high],
+        "excludes_one": ratio.excludes_one,
+        "corrected": ratio.corrected,
+    }
+
+
+def _most_common(counts: Counter[_K], n: int) -> list[tuple[_K, int]]:
+    # Ties in a stable, readable order (most common first, then by key), so replicas agree.
+    return sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))[:n]

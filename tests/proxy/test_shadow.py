@@ -1,0 +1,348 @@
+"""The shadow mirror against a real loopback reference: pairs, drops, errors, the log, the store.
+
+The reference here is the scripted upstream on loopback; the judge is the chat guard over the
+reference's completion (what the turn hands the shadow for chat requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from proxy.cli import app as cli_app
+from proxy.config import Settings, ShadowConfig, UpstreamConfig, load_settings
+from proxy.errors import ConfigError
+from proxy.guard.toolcheck import validate
+from proxy.metrics import Metrics
+from proxy.session.sqlite_store import SqliteStore
+from proxy.session.stores import MemoryStore, SessionStore
+from proxy.shadow import Shadow, ShadowLog, ShadowRequest, open_shadow, reference_upstream
+from proxy.shadowstats import Decision
+from proxy.testing import Fault, LoopbackServer, ScriptedUpstream, completion, free_port, tool_call
+from tests.proxy.builders import RETAIL_TOOLS
+from tests.proxy.metrics_text import metric as sample
+
+REQUEST = {
+    "model": "gemma-int4",
+    "messages": [{"role": "user", "content": "where is order #W1?"}],
+    "tools": RETAIL_TOOLS,
+    "stream": True,
+    "stream_options": {"include_usage": True},
+}
+VALID = completion(tool_calls=[tool_call("get_order_details", {"order_id": "#W1"})])
+HALLUCINATED = completion(tool_calls=[tool_call("lookup_order", {"order_id": "#W1"})])
+
+
+def chat_judge(reply: Any) -> Decision:
+    choice = reply["choices"][0]
+    message = choice["message"]
+    calls = [
+        (c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or []
+    ]
+    return Decision.of(
+        calls, validate(message, RETAIL_TOOLS, finish_reason=choice["finish_reason"])
+    )
+
+
+def request(
+    primary: dict[str, Any], *, session: str = "s1", model: str = "gemma-int4"
+) -> ShadowRequest:
+    return ShadowRequest(
+        model=model,
+        session=session,
+        api="chat",
+        path="chat/completions",
+        body={**REQUEST, "model": model},
+        headers={"x-request-id": "r1", "x-custom": "kept"},
+        primary=chat_judge(primary),
+        judge=chat_judge,
+        request_id="r1",
+    )
+
+
+class Reference:
+    def __init__(self) -> None:
+        self.script = ScriptedUpstream()
+        self.server = LoopbackServer(self.script.app).start()
+        self.entry = UpstreamConfig(
+            name="bf16", base_url=f"{self.server.url}/v1", models=["gemma-bf16"]
+        )
+
+
+@pytest.fixture
+def reference() -> Iterator[Reference]:
+    ref = Reference()
+    yield ref
+    ref.server.stop()
+
+
+@pytest.fixture
+async def closing() -> AsyncIterator[list[Shadow]]:
+    shadows: list[Shadow] = []
+    yield shadows
+    for shadow in shadows:
+        await shadow.close()
+
+
+def make_shadow(
+    reference: Reference,
+    closing: list[Shadow],
+    *,
+    store: SessionStore | None = None,
+    metrics: Metrics | None = None,
+    log: ShadowLog | None = None,
+    **config: Any,
+) -> tuple[Shadow, Metrics, SessionStore]:
+    shadow_config = ShadowConfig(**{"reference": "bf16", "sample": 1.0, **config})
+    metrics = metrics or Metrics()
+    store = store or MemoryStore()
+    shadow = Shadow(
+        shadow_config,
+        reference_upstream(reference.entry, shadow_config, api_key=None),
+        reference_name="bf16",
+        reference_model="gemma-bf16",
+        metrics=metrics,
+        store=store,
+        log=log,
+    )
+    closing.append(shadow)
+    return shadow, metrics, store
+
+
+def metric(metrics: Metrics, name: str, **labels: str) -> float:
+    return sample(metrics.render().decode(), name, **labels)
+
+
+async def test_a_pair_goes_to_the_reference_non_streamed_and_is_counted_everywhere(
+    reference: Reference, closing: list[Shadow], tmp_path: Path
+) -> None:
+    reference.script.push(VALID)
+    log = ShadowLog(tmp_path / "shadow.jsonl", max_bytes=1 << 20, backups=1)
+    shadow, metrics, store = make_shadow(reference, closing, log=log)
+    assert shadow.submit(request(HALLUCINATED))
+    await shadow.drain()
+
+    sent = reference.script.requests[0]
+    assert sent["model"] == "gemma-bf16"
+    assert sent["stream"] is False
+    assert "stream_options" not in sent
+    assert sent["tools"] == RETAIL_TOOLS
+    assert sent["messages"] == REQUEST["messages"]
+    assert reference.script.request_headers[0]["x-custom"] == "kept"
+
+    labels = {"model": "gemma-int4", "reference": "bf16", "api": "chat"}
+    assert metric(metrics, "toolsentry_shadow_pairs_total", outcome="primary_only", **labels) == 1
+    assert (
+        metric(
+            metrics,
+            "toolsentry_shadow_failures_total",
+            side="primary",
+            channel="unknown_tool",
+            **labels,
+        )
+        == 1
+    )
+    stats = await shadow.stats()
+    (entry,) = stats["data"]
+    assert (entry["model"], entry["reference"], entry["pairs"]) == ("gemma-int4", "bf16", 1)
+    assert entry["outcomes"]["primary_only"] == 1
+    assert entry["channels"]["unknown_tool"]["primary"]["answers"] == 1
+    assert entry["signatures"]["top"]["primary"] == [
+        {"channel": "unknown_tool", "tool": "lookup_order", "count": 1}
+    ]
+
+    await shadow.close()
+    closing.clear()
+    (line,) = [json.loads(x) for x in (tmp_path / "shadow.jsonl").read_text().splitlines()]
+    assert line["event"] == "pair"
+    assert (line["session"], line["request_id"], line["api"]) == ("s1", "r1", "chat")
+    assert line["models"] == {"primary": "gemma-int4", "reference": "bf16"}
+    assert line["primary"]["tools"] == ["lookup_order"]
+    assert line["reference"]["tools"] == ["get_order_details"]
+    assert "bodies" not in line  # no message bodies unless log_bodies
+
+
+async def test_a_full_set_of_in_flight_requests_drops_and_counts_each_drop_exactly(
+    reference: Reference, closing: list[Shadow]
+) -> None:
+    reference.script.push(Fault(200, VALID, delay=0.5))
+    shadow, metrics, _ = make_shadow(reference, closing, max_in_flight=3)
+    accepted = [shadow.submit(request(VALID, session=f"s{i}")) for i in range(10)]
+    assert accepted == [True] * 3 + [False] * 7
+    assert shadow.in_flight == 3
+    await shadow.drain()
+    assert shadow.in_flight == 0
+    labels = {"model": "gemma-int4", "reference": "bf16", "api": "chat"}
+    assert metric(metrics, "toolsentry_shadow_dropped_total", **labels) == 7
+    (entry,) = (await shadow.stats())["data"]
+    assert (entry["pairs"], entry["dropped"]) == (3, 7)
+    assert entry["outcomes"]["agree"] == 3
+
+
+@pytest.mark.parametrize(
+    ("reply", "kind"),
+    [
+        (Fault(500, {"error": {"message": "boom"}}), "status_500"),
+        (Fault(503, {"error": {"message": "overloaded"}}), "status_503"),  # not retried either
+        (Fault(200, b"not json"), "invalid_answer"),
+        (Fault(200, {"object": "chat.completion"}), "invalid_answer"),
+        (Fault(200, VALID, delay=3.0), "timeout"),
+    ],
+)
+async def test_a_failing_reference_is_counted_by_kind_and_asked_once(
+    reference: Reference, closing: list[Shadow], reply: Fault, kind: str
+) -> None:
+    reference.script.push(reply)
+    shadow, metrics, _ = make_shadow(reference, closing, timeout=0.3)
+    shadow.submit(request(VALID))
+    await shadow.drain()
+    assert len(reference.script.requests) == 1  # never retried
+    labels = {"model": "gemma-int4", "reference": "bf16", "api": "chat"}
+    assert metric(metrics, "toolsentry_shadow_errors_total", kind=kind, **labels) == 1
+    (entry,) = (await shadow.stats())["data"]
+    assert entry["errors"] == {kind: 1}
+    assert entry["pairs"] == 0
+
+
+async def test_a_reference_that_refuses_connections_is_a_connect_error(
+    closing: list[Shadow],
+) -> None:
+    config = ShadowConfig(reference="bf16", sample=1.0)
+    entry = UpstreamConfig(name="bf16", base_url=f"http://127.0.0.1:{free_port()}/v1")
+    metrics = Metrics()
+    shadow = Shadow(
+        config,
+        reference_upstream(entry, config, api_key=None),
+        reference_name="bf16",
+        reference_model=None,
+        metrics=metrics,
+        store=MemoryStore(),
+    )
+    closing.append(shadow)
+    shadow.submit(request(VALID))
+    await shadow.drain()
+    labels = {"model": "gemma-int4", "reference": "bf16", "api": "chat"}
+    assert metric(metrics, "toolsentry_shadow_errors_total", kind="connect", **labels) == 1
+
+
+async def test_close_cancels_what_is_in_flight_and_leaves_no_task(
+    reference: Reference, closing: list[Shadow]
+) -> None:
+    reference.script.push(Fault(200, VALID, delay=30))
+    shadow, _, _ = make_shadow(reference, closing, max_in_flight=4)
+    before = len(asyncio.all_tasks())
+    for i in range(4):
+        shadow.submit(request(VALID, session=f"s{i}"))
+    assert len(asyncio.all_tasks()) == before + 4
+    await shadow.close()
+    closing.clear()
+    assert len(asyncio.all_tasks()) == before
+
+
+async def test_two_replicas_on_one_store_show_the_same_figures(
+    reference: Reference, closing: list[Shadow], tmp_path: Path
+) -> None:
+    reference.script.push(VALID)
+    stores = [SqliteStore(tmp_path / "s.db"), SqliteStore(tmp_path / "s.db")]
+    try:
+        a, _, _ = make_shadow(reference, closing, store=stores[0])
+        b, _, _ = make_shadow(reference, closing, store=stores[1])
+        for i in range(3):
+            a.submit(request(HALLUCINATED, session=f"a{i}"))
+        b.submit(request(VALID, session="b"))
+        await a.drain()
+        await b.drain()
+        first, second = await a.stats(), await b.stats()
+        assert first["data"] == second["data"]
+        assert first["data"][0]["pairs"] == 4
+        assert first["data"][0]["outcomes"]["primary_only"] == 3
+    finally:
+        for shadow in closing:
+            await shadow.close()
+        closing.clear()
+        for store in stores:
+            await store.close()
+
+
+async def test_the_models_filter_and_the_sample_decide_what_is_shadowed(
+    reference: Reference, closing: list[Shadow]
+) -> None:
+    shadow, _, _ = make_shadow(reference, closing, models=["gemma-int4"])
+    assert shadow.wants("gemma-int4", "any")
+    assert not shadow.wants("other", "any")
+    none, _, _ = make_shadow(reference, closing, sample=0.0)
+    assert not none.wants("gemma-int4", "any")
+
+
+def test_the_log_is_rotated_by_size_and_every_line_is_whole_json(tmp_path: Path) -> None:
+    path = tmp_path / "shadow.jsonl"
+    log = ShadowLog(path, max_bytes=2048, backups=2)
+    for i in range(200):
+        log.write({"event": "pair", "i": i, "pad": "x" * 40})
+    log.close()
+    files = sorted(tmp_path.iterdir())
+    assert [f.name for f in files] == ["shadow.jsonl", "shadow.jsonl.1", "shadow.jsonl.2"]
+    for f in files:
+        assert f.stat().st_size <= 2048
+        for line in f.read_text().splitlines():
+            assert orjson.loads(line)["event"] == "pair"
+    newest = [orjson.loads(x)["i"] for x in path.read_text().splitlines()]
+    assert newest[-1] == 199
+
+
+def test_shadow_settings_come_from_yaml_environment_and_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("shadow:\n  reference: bf16\n  sample: 0.5\n  max_in_flight: 4\n")
+    monkeypatch.setenv("TOOLSENTRY_SHADOW_SAMPLE", "0.25")
+    monkeypatch.setenv("TOOLSENTRY_SHADOW_MODELS", '["gemma-int4"]')
+    settings = load_settings(config, shadow={"timeout": 5.0})
+    got = settings.shadow
+    assert (got.reference, got.sample, got.max_in_flight, got.timeout) == ("bf16", 0.25, 4, 5.0)
+    assert got.models == ["gemma-int4"]
+    assert got.enabled
+    assert not Settings().shadow.enabled  # off by default
+    monkeypatch.setenv("TOOLSENTRY_SHADOW_SAMPEL", "0.1")
+    with pytest.raises(ConfigError, match=r"shadow\.sampel"):
+        load_settings()
+
+
+def test_a_reference_that_names_no_upstream_is_refused_by_check_config(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "upstreams:\n  - {name: int4, base_url: 'http://127.0.0.1:1/v1'}\n"
+        "shadow: {reference: bf16, sample: 1.0}\n"
+    )
+    result = CliRunner().invoke(cli_app, ["check-config", str(config)])
+    assert result.exit_code == 2
+    assert "shadow.reference 'bf16' names no configured upstream" in result.output
+
+
+def test_open_shadow_builds_nothing_when_off_and_a_worker_log_per_process(
+    tmp_path: Path,
+) -> None:
+    entry = {"name": "bf16", "base_url": "http://127.0.0.1:1/v1", "models": ["gemma-bf16"]}
+    off = Settings(upstreams=[entry])
+    assert open_shadow(off, metrics=Metrics(), store=MemoryStore(), environ={}) is None
+    on = Settings(
+        upstreams=[entry],
+        shadow={"reference": "bf16", "sample": 1.0, "log": str(tmp_path / "shadow.jsonl")},
+    )
+    shadow = open_shadow(
+        on, metrics=Metrics(), store=MemoryStore(), environ={}, worker_log_suffix=True
+    )
+    assert shadow is not None
+    assert shadow.reference_model == "gemma-bf16"
+    log = shadow._log
+    assert log is not None
+    assert log.path.name.startswith("shadow.") and log.path.name.endswith(".jsonl")
+    assert log.path.name != "shadow.jsonl"
+    asyncio.run(shadow.close())
