@@ -186,6 +186,11 @@ class Shadow:
         self._log_events = get_logger()
 
     @property
+    def log_path(self) -> Path | None:
+        """Where this process writes the shadow log (None: no log)."""
+        return None if self._log is None else self._log.path
+
+    @property
     def in_flight(self) -> int:
         """Shadow requests running now."""
         return len(self._tasks)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -125,7 +126,7 @@ async def test_a_pair_goes_to_the_reference_non_streamed_and_is_counted_everywhe
 ) -> None:
     reference.script.push(VALID)
     log = ShadowLog(tmp_path / "shadow.jsonl", max_bytes=1 << 20, backups=1)
-    shadow, metrics, store = make_shadow(reference, closing, log=log)
+    shadow, metrics, _ = make_shadow(reference, closing, log=log)
     assert shadow.submit(request(HALLUCINATED))
     await shadow.drain()
 
@@ -341,8 +342,5 @@ def test_open_shadow_builds_nothing_when_off_and_a_worker_log_per_process(
     )
     assert shadow is not None
     assert shadow.reference_model == "gemma-bf16"
-    log = shadow._log
-    assert log is not None
-    assert log.path.name.startswith("shadow.") and log.path.name.endswith(".jsonl")
-    assert log.path.name != "shadow.jsonl"
+    assert shadow.log_path == tmp_path / f"shadow.{os.getpid()}.jsonl"
     asyncio.run(shadow.close())

@@ -156,7 +156,11 @@ def test_figures_show_rates_ratio_correlation_and_novel_share_with_their_counts(
     assert unknown["ratio"]["excludes_one"] is True
     sig = got["signatures"]
     assert sig["novel_share"] == pytest.approx(1 / 40)
-    assert (sig["novel_failures"], sig["primary_failures"], sig["reference_failures"]) == (1, 40, 10)
+    assert (sig["novel_failures"], sig["primary_failures"], sig["reference_failures"]) == (
+        1,
+        40,
+        10,
+    )
     assert sig["rank_correlation"] == pytest.approx(scipy_stats.spearmanr([30, 9, 1], [7, 3, 0])[0])
     assert sig["top"]["primary"][0] == {"channel": UNKNOWN, "tool": "a", "count": 30}
     assert got["arguments"]["agreement"] == pytest.approx(0.8)
