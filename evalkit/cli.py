@@ -428,6 +428,37 @@ def _split(value: str | None) -> tuple[str, ...] | None:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
+@app.command("shadow")
+def shadow_command(
+    logs: Annotated[
+        list[Path],
+        typer.Argument(help="Shadow log files (the proxy's shadow.log, rotated or per worker)."),
+    ],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+    plot: Annotated[
+        Path | None, typer.Option(help="Write a plot of the per-channel rates (PNG, SVG, PDF).")
+    ] = None,
+    resamples: ResamplesOption = DEFAULT_RESAMPLES,
+    seed: SeedOption = 0,
+) -> None:
+    """The proxy's shadow comparison read back from its log: the quantized model against its
+    reference on live traffic, per channel, with the figures GET /v1/stats/shadow shows and the
+    session-resampled statistics beside them."""
+    from evalkit.shadowlog import analyze_shadow_log, plot_shadow, read_shadow_log, shadow_tables
+
+    with exit_on_error():
+        analyses = analyze_shadow_log(read_shadow_log(logs), resamples=resamples, seed=seed)
+        if plot is not None:
+            plot_shadow(analyses, plot)
+    if as_json:
+        typer.echo(json.dumps({"data": [a.to_dict() for a in analyses]}, indent=2))
+        return
+    console = Console()
+    for analysis in analyses:
+        for table in shadow_tables(analysis):
+            console.print(table)
+
+
 @app.command("replay")
 def replay_command(
     domain: Annotated[str, typer.Option(help="Domain: retail or telecom.")] = "retail",

@@ -1,0 +1,119 @@
+"""`evalkit shadow LOG`: the shadow log read back gives the proxy's figures, and more."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from evalkit.cli import app
+from evalkit.shadowlog import analyze_shadow_log, read_shadow_log
+from proxy.shadowstats import Decision, Pair, figures, tally_pairs
+
+UNKNOWN = "unknown_tool"
+
+
+def random_pairs(seed: int, n: int) -> list[tuple[str, Pair]]:
+    """Pairs of a quantized side that fails the reference's way, more often."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        wrong = rng.choice(["lookup_order", "get_order", "find_user"])
+        sides = []
+        for rate in (0.3, 0.1):  # primary, reference
+            if rng.random() < rate:
+                sides.append(Decision((wrong,), (None,), ((UNKNOWN, wrong),)))
+            elif rng.random() < 0.05:
+                sides.append(Decision((), (), (("empty_response", ""),)))
+            else:
+                sides.append(Decision(("get_order_details",), ('{"order_id":"#W1"}',), ()))
+        out.append((f"session-{i // 4}", Pair.between(sides[0], sides[1])))
+    return out
+
+
+def write_log(path: Path, pairs: list[tuple[str, Pair]], *, drops: int = 0) -> None:
+    lines: list[dict[str, Any]] = []
+    models = {"primary": "gemma-int4", "reference": "bf16"}
+    for i, (session, pair) in enumerate(pairs):
+        lines.append(
+            {"event": "pair", "session": session, "request_id": str(i), "models": models}
+            | pair.to_log()
+        )
+    lines += [{"event": "dropped", "session": "x", "models": models}] * drops
+    lines.append({"event": "error", "kind": "timeout", "session": "x", "models": models})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_the_log_gives_the_figures_the_proxy_computes_live(tmp_path: Path) -> None:
+    pairs = random_pairs(1, 400)
+    write_log(tmp_path / "shadow.jsonl", pairs, drops=2)
+    result = CliRunner().invoke(app, ["shadow", str(tmp_path / "shadow.jsonl"), "--json"])
+    assert result.exit_code == 0, result.output
+    (offline,) = json.loads(result.output)["data"]
+    live = figures(tally_pairs(p for _, p in pairs))
+    assert offline["pairs"] == live["pairs"] == 400
+    assert offline["outcomes"] == live["outcomes"]
+    assert offline["dropped"] == 2
+    assert offline["errors"] == {"timeout": 1}
+    assert set(offline["channels"]) == set(live["channels"]) == {UNKNOWN, "empty_response"}
+    for channel, mine in live["channels"].items():
+        theirs = offline["channels"][channel]
+        for side in ("primary", "reference"):
+            assert theirs[side]["answers"] == mine[side]["answers"]
+            assert theirs[side]["ci"] == pytest.approx(mine[side]["ci"], rel=1e-6)
+        assert theirs["ratio"]["value"] == pytest.approx(mine["ratio"]["value"], rel=1e-12)
+        assert theirs["ratio"]["ci"] == pytest.approx(mine["ratio"]["ci"], rel=1e-9)
+    for key in ("rank_correlation", "novel_share", "primary_failures", "reference_failures"):
+        assert offline["signatures"][key] == pytest.approx(live["signatures"][key], rel=1e-12)
+    assert offline["arguments"]["compared"] == live["arguments"]["compared"]
+    assert offline["arguments"]["equal"] == live["arguments"]["equal"]
+
+
+def test_the_session_resampled_difference_sees_the_louder_side(tmp_path: Path) -> None:
+    write_log(tmp_path / "shadow.jsonl", random_pairs(2, 400))
+    (analysis,) = analyze_shadow_log(read_shadow_log([tmp_path / "shadow.jsonl"]), resamples=2000)
+    unknown = next(c for c in analysis.channels if c.channel == UNKNOWN)
+    assert analysis.sessions == 100
+    assert unknown.difference > 0
+    assert unknown.difference_ci[0] > 0  # 30% against 10%, 400 pairs: far from 0
+    assert unknown.p_holm < 0.01
+
+
+def test_rotated_and_per_worker_logs_read_together(tmp_path: Path) -> None:
+    pairs = random_pairs(3, 60)
+    write_log(tmp_path / "a.jsonl", pairs[:30])
+    write_log(tmp_path / "a.jsonl.1", pairs[30:])
+    (together,) = analyze_shadow_log(
+        read_shadow_log([tmp_path / "a.jsonl", tmp_path / "a.jsonl.1"]), resamples=200
+    )
+    assert together.pairs == 60
+    assert together.errors == {"timeout": 2}
+
+
+def test_the_terminal_report_and_the_plot(tmp_path: Path) -> None:
+    write_log(tmp_path / "shadow.jsonl", random_pairs(4, 100))
+    plot = tmp_path / "shadow.png"
+    result = CliRunner(env={"COLUMNS": "240"}).invoke(
+        app, ["shadow", str(tmp_path / "shadow.jsonl"), "--plot", str(plot), "--resamples", "200"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "gemma-int4 against bf16" in result.output
+    assert "unknown_tool" in result.output
+    assert "novel share" in result.output
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_line_that_is_not_a_shadow_line_names_its_file_and_line(tmp_path: Path) -> None:
+    log = tmp_path / "shadow.jsonl"
+    write_log(log, random_pairs(5, 3))
+    log.write_text(log.read_text() + '{"event": "pair"}\n')
+    result = CliRunner().invoke(app, ["shadow", str(log)])
+    assert result.exit_code == 4
+    assert f"{log}:5 is not a shadow log line" in result.output
+    missing = CliRunner().invoke(app, ["shadow", str(tmp_path / "nope.jsonl")])
+    assert missing.exit_code == 2
+    assert "cannot read shadow log" in missing.output
