@@ -235,7 +235,7 @@ class SimulatedModel:
         call_id = _call_id(rng)
         arguments = dict(action.arguments)
         if channel == "unknown_tool":
-            name = wrong_tool_name(self.domain.name, declared, detail)
+            name = wrong_tool_name(self.domain.name, declared, detail, profile.wrong_tool_names)
             if name is not None:
                 return _call(call_id, name, json.dumps(arguments), channel)
         elif channel == "malformed_arguments":

@@ -16,6 +16,9 @@ mistakes more often. A custom profile is a YAML file:
     base: bf16              # optional: start from a built-in profile ...
     multiplier: 3.0         # ... with its channel rates multiplied
     unknown_tool: 0.12      # optional: any field set explicitly
+    wrong_tool_names:       # optional: its own weighted wrong names instead of the domain's
+      purge_account: 5
+      wire_money: 3
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ class DamageProfile(BaseModel):
     give_up: float = Field(ge=0, le=1)
     reask_fix: float = Field(ge=0, le=1)
     policy_error: float = Field(ge=0, le=1)
+    wrong_tool_names: dict[str, int] | None = Field(
+        default=None,
+        description="Weighted wrong tool names of this profile; None: the domain's vocabulary.",
+    )
 
     @model_validator(mode="after")
     def _rates_leave_room_for_a_right_call(self) -> DamageProfile:

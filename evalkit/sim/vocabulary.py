@@ -9,7 +9,7 @@ domain may have a real tool of that name).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Final
 
 # (name, weight), most likely first.
@@ -56,13 +56,20 @@ def vocabulary(domain: str) -> tuple[tuple[str, int], ...]:
     return WRONG_TOOL_NAMES.get(domain, GENERIC_WRONG_TOOL_NAMES)
 
 
-def wrong_tool_name(domain: str, declared: Collection[str], draw: float) -> str | None:
-    """The wrong name a uniform `draw` in [0, 1) picks from `domain`'s vocabulary.
+def wrong_tool_name(
+    domain: str,
+    declared: Collection[str],
+    draw: float,
+    names_of_profile: Mapping[str, int] | None = None,
+) -> str | None:
+    """The wrong name a uniform `draw` in [0, 1) picks from `domain`'s vocabulary, or from
+    `names_of_profile` (weighted names) when a profile brings its own.
 
     Names in `declared` are left out and the rest keep their relative weights. Returns None
     when every name of the vocabulary is declared.
     """
-    names = [(name, weight) for name, weight in vocabulary(domain) if name not in declared]
+    weighted = tuple(names_of_profile.items()) if names_of_profile else vocabulary(domain)
+    names = [(name, weight) for name, weight in weighted if name not in declared]
     total = sum(weight for _, weight in names)
     if total == 0:
         return None

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
+from evalkit.sim.profiles import load_profile
 from evalkit.sim.vocabulary import GENERIC_WRONG_TOOL_NAMES, vocabulary, wrong_tool_name
 
 
@@ -26,3 +28,14 @@ def test_a_domain_without_a_list_uses_the_generic_one_and_may_run_out() -> None:
     assert vocabulary("shipping") == GENERIC_WRONG_TOOL_NAMES
     everything = {name for name, _ in GENERIC_WRONG_TOOL_NAMES}
     assert wrong_tool_name("shipping", everything, 0.3) is None
+
+
+def test_a_profile_may_bring_its_own_weighted_wrong_names(tmp_path: Path) -> None:
+    own = {"purge_account": 3, "wire_money": 1}
+    drawn = Counter(wrong_tool_name("retail", (), (i + 0.5) / 4, own) for i in range(4))
+    assert drawn == own
+    assert not set(drawn) & {name for name, _ in vocabulary("retail")}
+    path = tmp_path / "other.yaml"
+    path.write_text("base: int4\nwrong_tool_names: {purge_account: 3, wire_money: 1}\n")
+    assert load_profile(str(path)).wrong_tool_names == own
+    assert load_profile("int4").wrong_tool_names is None
