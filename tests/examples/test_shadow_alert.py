@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from tests.require import require
 
 PROMETHEUS = Path(__file__).resolve().parents[2] / "examples" / "prometheus"
 
@@ -16,13 +15,12 @@ PROMETHEUS = Path(__file__).resolve().parents[2] / "examples" / "prometheus"
 def promtool() -> str:
     found = shutil.which("promtool")
     if found is None:
-        reason = (
+        require(
+            "promtool",
             "promtool is not installed: install Debian's package prometheus "
-            "(scripts/system-deps, or apt-get install prometheus) to test the alert rules"
+            "(apt-get install prometheus) to test the alert rules",
         )
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
+    assert found is not None
     return found
 
 
