@@ -1,19 +1,24 @@
-"""The simulated upstream as an OpenAI-compatible HTTP server (Starlette, run under uvicorn).
+"""The simulated upstream as an HTTP server speaking the three wire protocols (Starlette, run under
+uvicorn).
 
-`POST /v1/chat/completions` answers as the agent of the task the request names — header
-`x-evalkit-task` (with `x-evalkit-trial` and `x-evalkit-seed`), or, since a proxy need not forward
-a client's headers, the same keys in the body's `metadata` (`evalkit_task`, `evalkit_trial`,
-`evalkit_seed`). The request's `model` picks the damage profile (`sim-int4` → `int4`); any other
-name gets the server's default profile. Non-streaming and streaming (SSE) answers; every answer
-says it is simulated: `model: sim-<profile>`, `system_fingerprint: evalkit-sim-<profile>`.
+`POST /v1/chat/completions`, `/v1/responses` and `/v1/messages` (any query string) answer as the
+agent of the task the request names — header `x-evalkit-task` (with `x-evalkit-trial` and
+`x-evalkit-seed`), or, since a proxy need not forward a client's headers, the same keys in the
+body's `metadata` (`evalkit_task`, `evalkit_trial`, `evalkit_seed`). The request's `model` picks the
+damage profile (`sim-int4` → `int4`); any other name gets the server's default profile. Each
+request is read as one chat conversation (`evalkit.sim.requests`), the simulated model decides once,
+and `proxy.answers` writes the decision in the request's protocol, plain or streamed: the same
+episode plays the same on every protocol. Every answer says it is simulated: `model:
+sim-<profile>`, `system_fingerprint: evalkit-sim-<profile>` in every body and stream envelope,
+and an `x-evalkit-simulated: <profile>` header.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Final
 
 import orjson
 from starlette.applications import Starlette
@@ -25,15 +30,45 @@ from evalkit.agent import SEED_HEADER, TASK_HEADER, TRIAL_HEADER
 from evalkit.domains.base import Domain
 from evalkit.sim.model import EpisodeKey, SimReply, SimulatedModel, UnknownTaskError
 from evalkit.sim.profiles import DamageProfile
-from proxy.errors import ToolsentryError
+from evalkit.sim.requests import (
+    RequestShapeError,
+    chat_tools,
+    messages_conversation,
+    responses_conversation,
+)
+from proxy.answers import API, Answer, Call, Usage, sse_event
+from proxy.answers import chat as chat_wire
+from proxy.answers import messages as messages_wire
+from proxy.answers import responses as responses_wire
+from proxy.errors import ToolsentryError, error_body
+from proxy.streaming import encode_event
 
 _JSON = "application/json"
-_STREAM_PIECE = 24  # characters of content or arguments per streamed delta
+_STREAM_PIECE: Final = 24  # characters of content or arguments per streamed delta
+SIMULATED_HEADER: Final = "x-evalkit-simulated"
+"""The response header naming the damage profile that produced an answer."""
 
 
 def fingerprint(profile: DamageProfile) -> str:
     """The `system_fingerprint` of every answer under `profile`."""
     return f"evalkit-sim-{profile.name}"
+
+
+def _chat_request(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise RequestShapeError("'messages' must be an array")
+    tools = body.get("tools")
+    return messages, tools if isinstance(tools, list) else None
+
+
+_READERS: Final[
+    dict[API, Callable[[dict[str, Any]], tuple[list[dict[str, Any]], list[dict[str, Any]] | None]]]
+] = {
+    API.CHAT: _chat_request,
+    API.RESPONSES: lambda body: (responses_conversation(body), chat_tools(body.get("tools"))),
+    API.MESSAGES: lambda body: (messages_conversation(body), chat_tools(body.get("tools"))),
+}
 
 
 def create_sim_app(
@@ -54,35 +89,39 @@ def create_sim_app(
     by_model = {p.model: p for p in profiles.values()}
     fallback = profiles[default_profile]
 
-    async def chat(request: Request) -> Response:
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError:
-            return _error(400, "the request body is not JSON", "invalid_request_error")
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            return _error(400, "'messages' must be an array", "invalid_request_error", "messages")
-        try:
-            key = episode_key(request.headers, body, default_seed=seed)
-        except ValueError as exc:
-            return _error(400, str(exc), "invalid_request_error")
-        profile = by_model.get(str(body.get("model")), fallback)
-        tools = body.get("tools") if isinstance(body.get("tools"), list) else None
-        try:
-            reply = model.reply(body["messages"], tools, key, profile)
-        except UnknownTaskError as exc:
-            return _error(404, exc.message, "not_found_error", "x-evalkit-task")
-        except ToolsentryError as exc:  # the request's tools cannot be compiled
-            return _error(400, exc.message, "invalid_request_error", "tools")
-        completion_id = _completion_id(key, len(body["messages"]))
-        usage = _usage(len(await request.body()), reply)
-        if body.get("stream"):
-            options = body.get("stream_options")
-            with_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-            chunks = stream_chunks(reply, profile, completion_id, usage if with_usage else None)
-            return StreamingResponse(_sse(chunks), media_type="text/event-stream")
-        return Response(
-            orjson.dumps(completion(reply, profile, completion_id, usage)), media_type=_JSON
-        )
+    def endpoint(api: API) -> Callable[[Request], Any]:
+        async def answer(request: Request) -> Response:
+            raw = await request.body()
+            try:
+                body = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                return _error(api, 400, "the request body is not JSON", "invalid_request_error")
+            if not isinstance(body, dict):
+                return _error(
+                    api, 400, "the request body must be a JSON object", "invalid_request_error"
+                )
+            try:
+                messages, tools = _READERS[api](body)
+                key = episode_key(request.headers, body, default_seed=seed)
+            except ValueError as exc:
+                return _error(api, 400, str(exc), "invalid_request_error")
+            profile = by_model.get(str(body.get("model")), fallback)
+            try:
+                reply = model.reply(messages, tools, key, profile)
+            except UnknownTaskError as exc:
+                return _error(api, 404, exc.message, "not_found_error", "x-evalkit-task")
+            except ToolsentryError as exc:  # the request's tools cannot be compiled
+                return _error(api, 400, exc.message, "invalid_request_error", "tools")
+            decided = as_answer(reply, profile, _answer_id(key, len(messages)), len(raw))
+            headers = {SIMULATED_HEADER: profile.name}
+            if body.get("stream"):
+                events = _stream(api, decided, body)
+                return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+            return Response(
+                orjson.dumps(_body(api, decided, body)), media_type=_JSON, headers=headers
+            )
+
+        return answer
 
     async def models(request: Request) -> Response:
         data = [
@@ -96,11 +135,55 @@ def create_sim_app(
 
     return Starlette(
         routes=[
-            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/chat/completions", endpoint(API.CHAT), methods=["POST"]),
+            Route("/v1/responses", endpoint(API.RESPONSES), methods=["POST"]),
+            Route("/v1/messages", endpoint(API.MESSAGES), methods=["POST"]),
             Route("/v1/models", models, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
         ]
     )
+
+
+def as_answer(
+    reply: SimReply, profile: DamageProfile, answer_id: str, request_bytes: int
+) -> Answer:
+    """The simulated model's reply as a protocol-neutral answer, marked simulated."""
+    calls = tuple(
+        Call(c["function"]["name"], c["function"]["arguments"], c["id"]) for c in reply.tool_calls
+    )
+    return Answer(
+        text=reply.content,
+        calls=calls,
+        usage=_usage(request_bytes, reply),
+        model=profile.model,
+        id=answer_id,
+        created=int(time.time()),
+        extra={"system_fingerprint": fingerprint(profile)},
+    )
+
+
+def _body(api: API, answer: Answer, request: Mapping[str, Any]) -> dict[str, Any]:
+    if api is API.RESPONSES:
+        return responses_wire.body(answer, request)
+    if api is API.MESSAGES:
+        return messages_wire.body(answer)
+    return chat_wire.completion(answer)
+
+
+async def _stream(api: API, answer: Answer, request: Mapping[str, Any]) -> AsyncIterator[bytes]:
+    if api is API.RESPONSES:
+        for event in responses_wire.events(answer, request, fragment=_STREAM_PIECE):
+            yield sse_event(event)
+        return
+    if api is API.MESSAGES:
+        for event in messages_wire.events(answer, fragment=_STREAM_PIECE):
+            yield sse_event(event)
+        return
+    options = request.get("stream_options")
+    with_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+    for chunk in chat_wire.chunks(answer, fragment=_STREAM_PIECE, include_usage=with_usage):
+        yield encode_event(chunk)
+    yield b"data: [DONE]\n\n"
 
 
 def episode_key(
@@ -127,102 +210,24 @@ def episode_key(
         raise ValueError(f"trial and seed must be integers, got {trial!r} and {seed!r}") from None
 
 
-def completion(
-    reply: SimReply, profile: DamageProfile, completion_id: str, usage: dict[str, int]
-) -> dict[str, Any]:
-    """A `chat.completion` body for `reply`."""
-    return {
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": profile.model,
-        "system_fingerprint": fingerprint(profile),
-        "choices": [
-            {
-                "index": 0,
-                "message": reply.message(),
-                "finish_reason": reply.finish_reason,
-                "logprobs": None,
-            }
-        ],
-        "usage": usage,
-    }
-
-
-def stream_chunks(
-    reply: SimReply,
-    profile: DamageProfile,
-    completion_id: str,
-    usage: dict[str, int] | None,
-) -> list[dict[str, Any]]:
-    """The `chat.completion.chunk` events of `reply`, as an OpenAI server streams them.
-
-    Role first, content in pieces, each call's id and name then its arguments in pieces, a
-    final chunk with the finish reason, and a usage chunk (no choices) when asked for.
-    """
-    created = int(time.time())
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": profile.model,
-            "system_fingerprint": fingerprint(profile),
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
-        }
-
-    out = [chunk({"role": "assistant", "content": ""})]
-    out += [chunk({"content": piece}) for piece in _pieces(reply.content or "")]
-    for index, call in enumerate(reply.tool_calls):
-        function = call["function"]
-        head = {"index": index, "id": call["id"], "type": "function"}
-        out.append(
-            chunk(
-                {"tool_calls": [{**head, "function": {"name": function["name"], "arguments": ""}}]}
-            )
-        )
-        out += [
-            chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-            for piece in _pieces(function["arguments"])
-        ]
-    out.append(chunk({}, reply.finish_reason))
-    if usage is not None:
-        tail = chunk({})
-        tail["choices"] = []
-        tail["usage"] = usage
-        out.append(tail)
-    return out
-
-
-async def _sse(chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:
-    for event in chunks:
-        yield b"data: " + orjson.dumps(event) + b"\n\n"
-    yield b"data: [DONE]\n\n"
-
-
-def _completion_id(key: EpisodeKey, position: int) -> str:
+def _answer_id(key: EpisodeKey, position: int) -> str:
     text = f"{key.seed}|{key.task_id}|{key.trial}|{position}"
-    return f"chatcmpl-sim-{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+    return f"sim-{hashlib.sha256(text.encode()).hexdigest()[:24]}"
 
 
-def _pieces(text: str) -> list[str]:
-    return [text[i : i + _STREAM_PIECE] for i in range(0, len(text), _STREAM_PIECE)]
-
-
-def _usage(request_bytes: int, reply: SimReply) -> dict[str, int]:
+def _usage(request_bytes: int, reply: SimReply) -> Usage:
     # A rough four characters per token: enough for cost columns, and marked simulated anyway.
     written = len(reply.content or "") + sum(
         len(c["function"]["name"]) + len(c["function"]["arguments"]) for c in reply.tool_calls
     )
-    prompt, completion_tokens = max(1, request_bytes // 4), max(1, written // 4)
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt + completion_tokens,
-    }
+    return Usage(max(1, request_bytes // 4), max(1, written // 4))
 
 
-def _error(status: int, message: str, error_type: str, param: str | None = None) -> Response:
-    body = {"error": {"message": message, "type": error_type, "param": param, "code": None}}
+def _error(
+    api: API, status: int, message: str, error_type: str, param: str | None = None
+) -> Response:
+    if api is API.MESSAGES:
+        body = messages_wire.error_body(message, status, error_type)
+    else:
+        body = error_body(message, error_type, param=param)
     return Response(orjson.dumps(body), status_code=status, media_type=_JSON)

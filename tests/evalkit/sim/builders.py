@@ -121,3 +121,86 @@ class NamedCallUser:
         if "anything else" in text:
             return UserMessage(content="No, thanks. ###STOP###")
         return UserMessage(content="Yes, please go ahead.")
+
+
+def responses_request(messages: Sequence[dict[str, Any]]) -> tuple[str | None, list[Any]]:
+    """A chat conversation as a Responses request's `instructions` and `input` items."""
+    instructions, items = None, []
+    for m in messages:
+        if m["role"] == "system":
+            instructions = m["content"]
+        elif m["role"] == "tool":
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": m["tool_call_id"],
+                    "output": m["content"],
+                }
+            )
+        else:
+            if m.get("content"):
+                items.append({"type": "message", "role": m["role"], "content": m["content"]})
+            for c in m.get("tool_calls") or []:
+                function = c["function"]
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": c["id"],
+                        "name": function["name"],
+                        "arguments": function["arguments"],
+                    }
+                )
+    return instructions, items
+
+
+def responses_tools(tools: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat function tools as flat Responses function tools."""
+    return [{"type": "function", **t["function"]} for t in tools]
+
+
+def messages_request(messages: Sequence[dict[str, Any]]) -> tuple[str | None, list[Any]]:
+    """A chat conversation as a Messages request's `system` and `messages` (tool answers become
+    `tool_result` blocks of a user turn)."""
+    system, out = None, list[dict[str, Any]]()
+    for m in messages:
+        if m["role"] == "system":
+            system = m["content"]
+            continue
+        if m["role"] == "tool":
+            block = {
+                "type": "tool_result",
+                "tool_use_id": m["tool_call_id"],
+                "content": m["content"],
+            }
+            if out and out[-1]["role"] == "user" and isinstance(out[-1]["content"], list):
+                out[-1]["content"].append(block)
+            else:
+                out.append({"role": "user", "content": [block]})
+            continue
+        blocks: list[dict[str, Any]] = []
+        if m.get("content"):
+            blocks.append({"type": "text", "text": m["content"]})
+        for c in m.get("tool_calls") or []:
+            function = c["function"]
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": c["id"],
+                    "name": function["name"],
+                    "input": json.loads(function["arguments"]),
+                }
+            )
+        out.append({"role": m["role"], "content": blocks})
+    return system, out
+
+
+def messages_tools(tools: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat function tools as Messages tools."""
+    return [
+        {
+            "name": t["function"]["name"],
+            "description": t["function"].get("description", ""),
+            "input_schema": t["function"]["parameters"],
+        }
+        for t in tools
+    ]
