@@ -404,6 +404,57 @@ def added(outcome: Outcome, direct: Outcome, part: str, key: str) -> float | Non
     return statistics.median(diffs) if diffs else None
 
 
+def per_round(
+    outcome: Outcome, reference: Outcome, part: str, key: str, *, as_ratio: bool
+) -> list[float]:
+    """Round by round: target − reference (µs), or target / reference with `as_ratio`."""
+    values = []
+    for mine, base in zip(outcome.samples, reference.samples, strict=False):
+        a, b = getattr(mine, part).get(key), getattr(base, part).get(key)
+        if isinstance(a, int | float) and isinstance(b, int | float):
+            if as_ratio:
+                if b:
+                    values.append(a / b)
+            else:
+                values.append(a - b)
+    return values
+
+
+def spread(values: list[float], render: Any) -> str:
+    """`median [min–max]` of the rounds' values."""
+    if not values:
+        return "–"
+    return f"{render(statistics.median(values))} [{render(min(values))}–{render(max(values))}]"
+
+
+SPREAD_COLUMNS = [
+    "target",
+    "added c1 p50 ms",
+    "c64 req/s ÷ pass-aiohttp",
+    "added TTFT ms",
+]
+
+
+def spread_rows(outcomes: dict[str, Outcome]) -> list[list[str]]:
+    """Each proxy's figures as median [min–max] over rounds, each round against the same round's
+    direct (added) or aiohttp pass-through (ratio): how far one round's noise reaches."""
+    direct, floor = outcomes["direct"], outcomes.get("pass-aiohttp")
+    out = []
+    for o in outcomes.values():
+        if o is direct or o is floor or not o.samples:
+            continue
+        rps = per_round(o, floor, "c64", "rps", as_ratio=True) if floor and floor.samples else []
+        out.append(
+            [
+                o.name,
+                spread(per_round(o, direct, "c1", "p50_us", as_ratio=False), ms),
+                spread(rps, lambda r: f"{r:.2f}"),
+                spread(per_round(o, direct, "ttft", "p50_us", as_ratio=False), ms),
+            ]
+        )
+    return out
+
+
 # -- the run --------------------------------------------------------------------------------------
 
 
@@ -794,6 +845,10 @@ def show(outcomes: dict[str, Outcome], info: dict[str, Any]) -> None:
     title = "Proxy overhead (medians over rounds; added = target − direct)"
     console.print(rich_table(title, COLUMNS, rows(outcomes), text_columns={"target"}))
     ratios, goals = headline(outcomes)
+    spreads = spread_rows(outcomes)
+    if spreads:
+        title = "Per round: median [min–max] over rounds"
+        console.print(rich_table(title, SPREAD_COLUMNS, spreads, text_columns={"target"}))
     if ratios:
         console.print(rich_table("Headline ratios", RATIO_COLUMNS, ratios))
     if goals:
@@ -876,6 +931,15 @@ def section(outcomes: dict[str, Outcome], info: dict[str, Any], argv: list[str])
         markdown_table(COLUMNS, rows(outcomes)),
         "",
     ]
+    spreads = spread_rows(outcomes)
+    if spreads:
+        parts += [
+            "Per round, median [min–max] over rounds (each round against its own direct and",
+            "aiohttp pass-through):",
+            "",
+            markdown_table(SPREAD_COLUMNS, spreads),
+            "",
+        ]
     if ratios:
         parts += [
             markdown_table(list(RATIO_COLUMNS), ratios),

@@ -319,7 +319,7 @@ def _check_truth(url: str, report: SoakReport) -> None:
         ("toolsentry_tool_calls_total", (("outcome", "invalid"),)): sent["unrepairable"],
     }
     for (name, labels), want_value in truth.items():
-        value = metric(text, name, model=MODEL, **dict(labels))
+        value = metric(text, name, api="chat", model=MODEL, **dict(labels))
         if value != want_value:
             report.mismatches.append(f"{name}{dict(labels)} = {value}, truth {want_value}")
     calls = sent["valid"] + 2 * sent["repairable"] + 3 * sent["unrepairable"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -61,16 +61,19 @@ class _Entry:
 
 class ChatBodyParser:
     """Parses request bodies (`parse`); remembers up to `max_entries` tool lists, least recently
-    used forgotten first. One per service: its entries are compiled under one `GuardLimits`."""
+    used forgotten first. One per route: its entries are compiled by `compile` (a protocol's
+    `compile_tools`; chat's form under `limits` by default)."""
 
     def __init__(
         self,
         limits: GuardLimits = DEFAULT_LIMITS,
         *,
+        compile: Callable[[list[Any]], ToolIndex] | None = None,
         max_entries: int = MAX_ENTRIES,
         max_tools_bytes: int = MAX_TOOLS_BYTES,
     ) -> None:
         self.limits = limits
+        self._compile = compile or (lambda tools: compile_tools(tools, limits))
         self.max_entries = max_entries
         self.max_tools_bytes = max_tools_bytes
         self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
@@ -141,7 +144,7 @@ class ChatBodyParser:
             if copy != tools:
                 continue
             try:
-                index = compile_tools(copy, self.limits)
+                index = self._compile(copy)
             except BadRequestError:
                 return  # the request is refused where the tools are checked
             self._add(_Entry(span, copy, index))

@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from proxy.errors import ConfigError
 from proxy.guard.repair import OnUnrepaired, RepairMode
-from proxy.session.budget import ExhaustionPolicy
+from proxy.session.budget import DEFAULT_SESSION_HEADERS, ExhaustionPolicy
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 
@@ -108,7 +108,10 @@ class Settings(BaseSettings):
         default="memory", description="memory | sqlite:///path | redis://host:port/db"
     )
     session_ttl_seconds: int = Field(default=86_400, ge=1)
-    session_header: str = "x-session-id"
+    session_headers: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_SESSION_HEADERS),
+        description="Request headers that name the session, tried in order.",
+    )
 
     max_errors: int = Field(default=10, ge=1, description="Errors a session may experience.")
     exhaustion_policy: ExhaustionPolicy = ExhaustionPolicy.REJECT

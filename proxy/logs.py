@@ -123,9 +123,9 @@ _request_sink: Callable[[dict[str, Any]], None] | None = None
 
 
 def log_request(fields: dict[str, Any]) -> None:
-    """Log the per-request `chat_completion` event at info level.
+    """Log the per-request `request` event at info level.
 
-    The line is the one `get_logger().info("chat_completion", **fields)` writes: the same
+    The line is the one `get_logger().info("request", **fields)` writes: the same
     processors run in the same order on the same stream, without structlog's per-call
     machinery (binding, copying the context, the logger's lock), which cost about as much as
     the processors themselves on an event a request. `fields` is used up.
@@ -165,7 +165,7 @@ def configure_logging(level: str = "info", stream: TextIO | None = None) -> None
 
     def request_sink(fields: dict[str, Any]) -> None:
         event: Any = fields
-        event["event"] = "chat_completion"
+        event["event"] = "request"
         for processor in processors:
             event = processor(None, "info", event)
         write(event + newline)  # one write a line: lines from other threads never interleave

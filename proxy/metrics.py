@@ -1,7 +1,8 @@
 """Prometheus metrics (DESIGN §9) and the per-model ranking of hallucinated tool names.
 
 Hallucinated names are unbounded, so they are never labels; `UnknownToolStats` keeps a bounded
-count per model for `GET /v1/stats/unknown-tools` instead.
+count per model for `GET /v1/stats/unknown-tools` instead. Every series carries the wire
+protocol of its requests as the label `api` (`chat`, `responses`, `messages`).
 
 With several worker processes (`serve --workers N`) each worker writes its values to files in
 one directory (prometheus_client's multiprocess mode) and `/metrics`, whichever worker answers
@@ -79,55 +80,55 @@ class Metrics:
             r = self.registry
         self.requests = PromCounter(
             "toolsentry_requests",
-            "Chat requests by final HTTP status.",
-            ["model", "status"],
+            "Requests to the turn routes by final status (499: a streaming client went away).",
+            ["model", "status", "api"],
             registry=r,
         )
         self.tool_calls = PromCounter(
             "toolsentry_tool_calls",
             "Tool calls delivered to clients, by outcome (valid, repaired, invalid, stripped).",
-            ["model", "outcome"],
+            ["model", "outcome", "api"],
             registry=r,
         )
         self.violations = PromCounter(
             "toolsentry_violations",
             "Violations found, by channel.",
-            ["model", "channel"],
+            ["model", "channel", "api"],
             registry=r,
         )
         self.repairs = PromCounter(
             "toolsentry_repairs",
             "Repair outcomes per violation channel (result: success or failure).",
-            ["model", "channel", "result"],
+            ["model", "channel", "result", "api"],
             registry=r,
         )
         self.budget_exhausted = PromCounter(
             "toolsentry_budget_exhausted",
             "Requests refused or finished because the session's error budget was spent.",
-            ["model"],
+            ["model", "api"],
             registry=r,
         )
         self.upstream_seconds = Histogram(
             "toolsentry_upstream_seconds",
             "Time spent waiting for upstreams, all attempts of a request together.",
-            ["model"],
+            ["model", "api"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
         self.overhead_seconds = Histogram(
             "toolsentry_overhead_seconds",
             "Time the proxy added: total minus upstream wait.",
-            ["model"],
+            ["model", "api"],
             buckets=_OVERHEAD_BUCKETS,
             registry=r,
         )
-        self._models: dict[str, ModelSeries] = {}
+        self._models: dict[tuple[str, str], ModelSeries] = {}
 
-    def for_model(self, model: str) -> ModelSeries:
-        """The series of one model label, resolved once and kept (model labels are bounded)."""
-        series = self._models.get(model)
+    def for_model(self, model: str, api: str) -> ModelSeries:
+        """The series of one model and protocol, resolved once and kept (both are bounded)."""
+        series = self._models.get((model, api))
         if series is None:
-            series = self._models[model] = ModelSeries(self, model)
+            series = self._models[(model, api)] = ModelSeries(self, model, api)
         return series
 
     def render(self) -> bytes:
@@ -145,41 +146,44 @@ class ModelSeries:
     A series appears in /metrics when it is first used, as with `labels()`.
     """
 
-    def __init__(self, metrics: Metrics, model: str) -> None:
+    def __init__(self, metrics: Metrics, model: str, api: str) -> None:
         self._metrics = metrics
         self._model = model
+        self._api = api
         self._requests: dict[str, PromCounter] = {}
         self._tool_calls: dict[str, PromCounter] = {}
         self._upstream_seconds: Histogram | None = None
         self._overhead_seconds: Histogram | None = None
 
     def requests(self, status: str) -> PromCounter:
-        """`toolsentry_requests_total{model, status}`."""
+        """`toolsentry_requests_total{model, status, api}`."""
         child = self._requests.get(status)
         if child is None:
-            child = self._requests[status] = self._metrics.requests.labels(self._model, status)
+            child = self._requests[status] = self._metrics.requests.labels(
+                self._model, status, self._api
+            )
         return child
 
     def tool_calls(self, outcome: str) -> PromCounter:
-        """`toolsentry_tool_calls_total{model, outcome}`."""
+        """`toolsentry_tool_calls_total{model, outcome, api}`."""
         child = self._tool_calls.get(outcome)
         if child is None:
-            child = self._metrics.tool_calls.labels(self._model, outcome)
+            child = self._metrics.tool_calls.labels(self._model, outcome, self._api)
             self._tool_calls[outcome] = child
         return child
 
     @property
     def upstream_seconds(self) -> Histogram:
-        """`toolsentry_upstream_seconds{model}`."""
+        """`toolsentry_upstream_seconds{model, api}`."""
         if self._upstream_seconds is None:
-            self._upstream_seconds = self._metrics.upstream_seconds.labels(self._model)
+            self._upstream_seconds = self._metrics.upstream_seconds.labels(self._model, self._api)
         return self._upstream_seconds
 
     @property
     def overhead_seconds(self) -> Histogram:
-        """`toolsentry_overhead_seconds{model}`."""
+        """`toolsentry_overhead_seconds{model, api}`."""
         if self._overhead_seconds is None:
-            self._overhead_seconds = self._metrics.overhead_seconds.labels(self._model)
+            self._overhead_seconds = self._metrics.overhead_seconds.labels(self._model, self._api)
         return self._overhead_seconds
 
 

@@ -28,6 +28,7 @@ from typing import Any, Final
 import orjson
 
 from proxy.errors import UpstreamProtocolError, UpstreamStatusError
+from proxy.usage import sum_usage
 
 Chunk = dict[str, Any]
 
@@ -370,7 +371,7 @@ class ChunkAssembler:
 
         Call it before `add` receives the upstream's final usage chunk.
         """
-        self._extra_usage = _sum_usage(self._extra_usage, usage)
+        self._extra_usage = sum_usage([self._extra_usage, usage])
 
     def close(self) -> None:
         """Declare the upstream stream over (`[DONE]` or end of body).
@@ -466,7 +467,7 @@ class ChunkAssembler:
         return chunk
 
     def _total_usage(self) -> dict[str, Any] | None:
-        return None if self._usage is None else _sum_usage(self._usage, self._extra_usage)
+        return None if self._usage is None else sum_usage([self._usage, self._extra_usage])
 
 
 def _raise_if_error(chunk: Mapping[str, Any]) -> None:
@@ -532,16 +533,3 @@ def _merge(old: Any, new: Any) -> Any:
     if isinstance(old, dict) and isinstance(new, dict):
         return {**old, **{k: _merge(old.get(k), v) for k, v in new.items()}}
     return new
-
-
-def _sum_usage(total: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
-    summed = dict(total)
-    for key, value in more.items():
-        mine = summed.get(key)
-        if isinstance(mine, int | float) and isinstance(value, int | float):
-            summed[key] = mine + value
-        elif isinstance(mine, dict) and isinstance(value, dict):
-            summed[key] = _sum_usage(mine, value)
-        elif mine is None:
-            summed[key] = value
-    return summed

@@ -101,7 +101,7 @@ class Upstream(Protocol):
     ) -> UpstreamResponse: ...
 
     def stream(
-        self, path: str, *, body: bytes, headers: Mapping[str, str]
+        self, path: str, *, body: bytes | None, headers: Mapping[str, str], method: str = "POST"
     ) -> AbstractAsyncContextManager[UpstreamStream]: ...
 
     async def close(self) -> None: ...
@@ -277,9 +277,10 @@ class AiohttpUpstream:
 
     @asynccontextmanager
     async def stream(
-        self, path: str, *, body: bytes, headers: Mapping[str, str]
+        self, path: str, *, body: bytes | None, headers: Mapping[str, str], method: str = "POST"
     ) -> AsyncIterator[UpstreamStream]:
-        """Open a streaming POST; retries happen only until the response headers arrive.
+        """Open a request whose response is read as it arrives (a POST unless `method` says
+        otherwise); retries happen only until the response headers arrive.
 
         Connect errors, timeouts and 502/503/504 are retried; when retries run out on a status,
         that response is handed over with its body. Leaving the context closes the
@@ -288,11 +289,11 @@ class AiohttpUpstream:
         reading `chunks` are translated too (UpstreamError and subclasses).
         """
         url = self._url(path)
-        sent_headers = self._headers(headers, True)
+        sent_headers = self._headers(headers, body is not None)
         resp: aiohttp.ClientResponse | None = None
         refused: UpstreamResponse | None = None
         try:
-            resp = await self._attempts(lambda: self._open(url, body, sent_headers))
+            resp = await self._attempts(lambda: self._open(method, url, body, sent_headers))
         except _Retryable as exc:
             refused = exc.response
         if refused is not None:
@@ -308,10 +309,12 @@ class AiohttpUpstream:
             if resp is not None:
                 resp.close()
 
-    async def _open(self, url: URL, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+    async def _open(
+        self, method: str, url: URL, body: bytes | None, headers: dict[str, str]
+    ) -> aiohttp.ClientResponse:
         start = time.perf_counter()
         try:
-            resp = await self._client().post(url, data=body, headers=headers)
+            resp = await self._client().request(method, url, data=body, headers=headers)
             if resp.status not in RETRYABLE_STATUS:
                 return resp
             # A refusal's body is short; reading it returns the connection to the pool.
@@ -353,14 +356,20 @@ async def _replay(body: bytes) -> AsyncGenerator[bytes, None]:
 
 
 # Most specific first: a timeout (504) differs from a refused connection (502), and a body that
-# breaks off differs from both. `error_class_for` walks this table in order.
+# breaks off differs from both. `error_class_for` walks this table in order; what it does not
+# name is not an upstream's failure but a fault of the proxy's own, and is raised as it is.
 _TRANSLATIONS: tuple[
     tuple[type[BaseException] | tuple[type[BaseException], ...], type[UpstreamError], str], ...
 ] = (
     ((asyncio.TimeoutError, aiohttp.ServerTimeoutError), UpstreamTimeoutError, "timed out"),
     (aiohttp.ClientPayloadError, UpstreamProtocolError, "broke off its response"),
     (
-        (aiohttp.ClientResponseError, aiohttp.InvalidURL, aiohttp.ContentTypeError),
+        (
+            aiohttp.ClientResponseError,
+            aiohttp.InvalidURL,
+            aiohttp.RedirectClientError,
+            aiohttp.NonHttpUrlClientError,
+        ),
         UpstreamProtocolError,
         "sent an invalid response",
     ),
@@ -369,26 +378,36 @@ _TRANSLATIONS: tuple[
         UpstreamConnectError,
         "is unreachable",
     ),
-    ((aiohttp.ClientError, OSError), UpstreamConnectError, "failed"),
+    (
+        (aiohttp.ClientConnectionError, aiohttp.UploadAbortedError, OSError),
+        UpstreamConnectError,
+        "failed",
+    ),
 )
 
 
-def error_class_for(exc_type: type[BaseException]) -> tuple[type[UpstreamError], str]:
-    """The Upstream* class and wording for an exception type (UpstreamError when unknown)."""
+def error_class_for(exc_type: type[BaseException]) -> tuple[type[UpstreamError], str] | None:
+    """The Upstream* class and wording for an exception type; None when it is not one of the
+    network's or the upstream's failures."""
     for source, target, wording in _TRANSLATIONS:
         if issubclass(exc_type, source):
             return target, wording
-    return UpstreamError, "failed"
+    return None
 
 
 def translate(exc: BaseException, upstream: str, url: str | URL) -> UpstreamError:
-    """Map an aiohttp (or asyncio) exception onto the proxy's Upstream* errors.
+    """Map an aiohttp (or asyncio, or socket) exception onto the proxy's Upstream* errors.
 
-    The message names the upstream, the URL and the cause, so a client can act on it.
+    The message names the upstream, the URL and the cause, so a client can act on it. Raises
+    `exc` itself when it is none of those: a bug stays a bug, never an upstream error charged
+    to the session.
     """
     if isinstance(exc, UpstreamError):
         return exc
-    target, wording = error_class_for(type(exc))
+    mapped = error_class_for(type(exc))
+    if mapped is None:
+        raise exc
+    target, wording = mapped
     detail = str(exc).strip()
     cause = f"{exc.__class__.__name__}: {detail}" if detail else exc.__class__.__name__
     return target(f"upstream '{upstream}' {wording} ({url}): {cause}")

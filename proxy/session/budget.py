@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,8 @@ from proxy.errors import BadRequestError
 MAX_SESSION_ID_LENGTH = 200
 FINGERPRINT_PREFIX = "fp-"
 DEFAULT_SESSION_HEADER = "x-session-id"
+DEFAULT_SESSION_HEADERS = ("x-session-id", "session-id", "x-claude-code-session-id")
+"""The session headers tried in order: the proxy's own, Codex CLI's, Claude Code's."""
 
 
 class ExhaustionPolicy(enum.StrEnum):
@@ -52,51 +54,100 @@ class ErrorBudget:
         return max(0, self.max_errors - errors)
 
 
-def resolve_session_id(
-    headers: Mapping[str, str],
-    body: Mapping[str, Any],
-    *,
-    header_name: str = DEFAULT_SESSION_HEADER,
-) -> str:
-    """The session a chat-completions request belongs to; the first source that has one wins.
+@dataclass(frozen=True, slots=True)
+class SessionHints:
+    """What a request's body says about its session, read by its protocol's adapter.
 
-    1. the header `header_name` (any case), in `headers` keyed by lower-case names as ASGI
-       servers give them (or a case-insensitive mapping such as Starlette's `Headers`);
-    2. `body["metadata"]["session_id"]`;
-    3. `body["user"]`; a value that is not a valid id (too long, non-ASCII) is replaced by
+    `declared`: the session id the body names itself (chat and Responses `metadata.session_id`,
+    the one inside Claude Code's `metadata.user_id`), any JSON value as sent, with
+    `declared_param` naming where it was for an error message; `previous_response_id`: the
+    Responses response this request continues; `user`: the body's `user` as sent;
+    `fingerprint`: (model, first system or instructions text, first user text).
+    """
+
+    fingerprint: tuple[str, str, str] = ("", "", "")
+    declared: object = None
+    declared_param: str = "metadata.session_id"
+    previous_response_id: str | None = None
+    user: object = None
+
+
+def resolve_session(
+    headers: Mapping[str, str],
+    hints: SessionHints,
+    *,
+    header_names: Sequence[str] = DEFAULT_SESSION_HEADERS,
+    chained: str | None = None,
+) -> str:
+    """The session a request belongs to; the first source that has one wins (DESIGN §5).
+
+    1. the headers `header_names` in order (lower-case names, as `headers` is keyed by them);
+    2. `hints.declared` (the body's own session id);
+    3. `chained`: the session of the response `hints.previous_response_id` names, when the
+       caller found it;
+    4. `hints.user`; a value that is not a valid id (too long, non-ASCII) is replaced by
        `"user-" + hash`, so one end user still maps to one session;
-    4. a fingerprint `"fp-" + 16 hex digits` of the model, the first system (or developer)
-       message and the first user message. Clients that resend the history keep the same
-       fingerprint on every turn; two conversations that open with the same words share it.
+    5. `"fp-" + 16 hex digits` of `hints.fingerprint`. Clients that resend the history keep the
+       same fingerprint on every turn; two conversations that open with the same words share it.
 
     Blank values count as absent. A valid id is 1 to 200 printable ASCII characters after
     surrounding whitespace is stripped.
 
     Raises:
-        BadRequestError: the header or `metadata.session_id` holds an invalid id.
+        BadRequestError: a session header or the declared id holds an invalid id.
     """
-    header = headers.get(header_name.lower())
-    if header is not None and header.strip():
-        return _checked(header, param=header_name)
+    for name in header_names:
+        header = headers.get(name)
+        if header is not None and header.strip():
+            return _checked(header, param=name)
 
-    metadata = body.get("metadata")
-    if isinstance(metadata, Mapping):
-        explicit = metadata.get("session_id")
-        if isinstance(explicit, str) and explicit.strip():
-            return _checked(explicit, param="metadata.session_id")
-        if explicit is not None and not isinstance(explicit, str):
-            raise BadRequestError(
-                "metadata.session_id must be a string", param="metadata.session_id"
-            )
+    declared = hints.declared
+    if isinstance(declared, str) and declared.strip():
+        return _checked(declared, param=hints.declared_param)
+    if declared is not None and not isinstance(declared, str):
+        raise BadRequestError(
+            f"{hints.declared_param} must be a string", param=hints.declared_param
+        )
+    if chained is not None:
+        return chained
 
-    user = body.get("user")
+    user = hints.user
     if isinstance(user, str) and user.strip():
         stripped = user.strip()
         if _valid(stripped):
             return stripped
         return "user-" + _short_hash(user)
 
-    return fingerprint(body)
+    return fingerprint_of(*hints.fingerprint)
+
+
+def message_hints(body: Mapping[str, Any]) -> SessionHints:
+    """The session hints of a body that holds `messages` (chat completions): `metadata.session_id`,
+    `user`, and the fingerprint of the model, first system (or developer) and first user message."""
+    metadata = body.get("metadata")
+    declared = metadata.get("session_id") if isinstance(metadata, Mapping) else None
+    messages = body.get("messages")
+    system = user = ""
+    if isinstance(messages, list):
+        system = _first_content(messages, ("system", "developer"))
+        user = _first_content(messages, ("user",))
+    model = body.get("model")
+    return SessionHints(
+        (model if isinstance(model, str) else "", system, user),
+        declared=declared,
+        user=body.get("user"),
+    )
+
+
+def resolve_session_id(
+    headers: Mapping[str, str],
+    body: Mapping[str, Any],
+    *,
+    header_name: str = DEFAULT_SESSION_HEADER,
+) -> str:
+    """The session of a chat-completions request with one session header: `resolve_session`
+    over `message_hints(body)`. Raises BadRequestError as `resolve_session` does."""
+    return resolve_session(headers, message_hints(body), header_names=(header_name.lower(),))
 
 
 def fingerprint(body: Mapping[str, Any]) -> str:
@@ -105,14 +156,13 @@ def fingerprint(body: Mapping[str, Any]) -> str:
     Message content may be a string, a list of content parts or absent; text parts are joined
     so that `"hi"` and `[{"type": "text", "text": "hi"}]` give the same fingerprint.
     """
-    messages = body.get("messages")
-    system = user = ""
-    if isinstance(messages, list):
-        system = _first_content(messages, ("system", "developer"))
-        user = _first_content(messages, ("user",))
-    model = body.get("model")
-    payload = json.dumps([model if isinstance(model, str) else "", system, user])
-    return FINGERPRINT_PREFIX + _short_hash(payload)
+    return fingerprint_of(*message_hints(body).fingerprint)
+
+
+def fingerprint_of(model: str, system: str, user: str) -> str:
+    """`"fp-"` + 16 hex digits of sha256 over a conversation's model, opening system text and
+    opening user text."""
+    return FINGERPRINT_PREFIX + _short_hash(json.dumps([model, system, user]))
 
 
 def content_text(content: Any) -> str:

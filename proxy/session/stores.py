@@ -146,38 +146,6 @@ class SessionStore(Protocol):
         ...
 
 
-def open_store(
-    url: str, *, ttl_seconds: float = DEFAULT_TTL_SECONDS, clock: Callable[[], float] = time.time
-) -> SessionStore:
-    """The store a `session_store` setting names.
-
-    `memory`, `sqlite:///abs/path.db` (absolute), `sqlite:///./rel.db` (relative to the working
-    directory), `redis://[:password@]host:port/db` or `rediss://…` (TLS).
-
-    Raises:
-        ConfigError: an unknown or unsupported form, or a database that cannot be opened.
-    """
-    forms = (
-        "'memory', 'sqlite:///abs/path.db', 'sqlite:///./relative/path.db' "
-        "or 'redis://host:port/db'"
-    )
-    if url in ("memory", "memory://"):
-        return MemoryStore(ttl_seconds, clock)
-    if url.startswith("sqlite:///"):
-        rest = url.removeprefix("sqlite:///")
-        if not rest or rest.endswith("/"):
-            raise ConfigError(f"session store {url!r} names no database file; use {forms}")
-        path = rest if rest.startswith(".") else "/" + rest
-        from proxy.session.sqlite_store import SqliteStore
-
-        return SqliteStore(path, ttl_seconds, clock)
-    if url.startswith(("redis://", "rediss://")):
-        from proxy.session.redis_store import RedisStore
-
-        return RedisStore(url, ttl_seconds, clock)
-    raise ConfigError(f"unknown session store {without_password(url)!r}; use {forms}")
-
-
 class MemoryStore:
     """Sessions in a dict of this process. Each operation runs without awaiting, so it is atomic
     on the event loop. Bounded: expired sessions are evicted on writes, and beyond `max_sessions`

@@ -158,5 +158,8 @@ def test_serve_with_workers_on_redis_sums_metrics_and_removes_their_directory(
     finally:
         proxy.stop()
     assert any(f.startswith("counter_") for f in files)
-    assert metric(text, "toolsentry_requests_total", model="scripted-model", status="200") == 6
+    assert (
+        metric(text, "toolsentry_requests_total", api="chat", model="scripted-model", status="200")
+        == 6
+    )
     assert not metrics_dir.exists()

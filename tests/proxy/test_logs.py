@@ -121,7 +121,7 @@ def test_the_request_event_is_the_line_the_structlog_logger_writes(event: dict[s
     fields = {k: v for k, v in event.items() if k != "event"}
     lines = []
     for write in (
-        lambda: get_logger().info("chat_completion", **fields),
+        lambda: get_logger().info("request", **fields),
         lambda: log_request(dict(fields)),
     ):
         with tempfile.TemporaryFile("w+") as file:  # a binary-backed stream, as in production
@@ -144,7 +144,7 @@ def test_the_request_event_is_not_written_below_info() -> None:
     event = orjson.loads(line)
     assert (event["request_id"], event["event"], event["authorization"]) == (
         "r2",
-        "chat_completion",
+        "request",
         REDACTED,
     )
 

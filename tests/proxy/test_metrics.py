@@ -22,8 +22,8 @@ WORKER = textwrap.dedent(
     from proxy.metrics import Metrics
 
     metrics = Metrics(multiprocess_dir=sys.argv[1])
-    metrics.requests.labels("m", "200").inc(int(sys.argv[2]))
-    metrics.upstream_seconds.labels("m").observe(0.01)
+    metrics.requests.labels("m", "200", "chat").inc(int(sys.argv[2]))
+    metrics.upstream_seconds.labels("m", "chat").observe(0.01)
     sys.stdout.write(metrics.render().decode())
     """
 )
@@ -46,8 +46,8 @@ def run_worker(directory: Path, count: int) -> str:
 def test_workers_sharing_a_directory_render_the_sum_of_their_values(tmp_path: Path) -> None:
     run_worker(tmp_path, 3)
     text = run_worker(tmp_path, 4)  # renders after adding its own
-    assert metric(text, "toolsentry_requests_total", model="m", status="200") == 7
-    assert metric(text, "toolsentry_upstream_seconds_count", model="m") == 2
+    assert metric(text, "toolsentry_requests_total", api="chat", model="m", status="200") == 7
+    assert metric(text, "toolsentry_upstream_seconds_count", api="chat", model="m") == 2
 
 
 def test_multiprocess_metrics_without_the_environment_variable_are_refused(
@@ -60,34 +60,50 @@ def test_multiprocess_metrics_without_the_environment_variable_are_refused(
 
 def test_two_in_process_metrics_count_apart() -> None:
     first, second = Metrics(), Metrics()
-    first.requests.labels("m", "200").inc()
+    first.requests.labels("m", "200", "chat").inc()
     assert (
-        metric(first.render().decode(), "toolsentry_requests_total", model="m", status="200") == 1
+        metric(
+            first.render().decode(),
+            "toolsentry_requests_total",
+            api="chat",
+            model="m",
+            status="200",
+        )
+        == 1
     )
     assert (
-        metric(second.render().decode(), "toolsentry_requests_total", model="m", status="200") == 0
+        metric(
+            second.render().decode(),
+            "toolsentry_requests_total",
+            api="chat",
+            model="m",
+            status="200",
+        )
+        == 0
     )
 
 
 def test_a_models_kept_series_count_into_the_same_values_as_labels() -> None:
     metrics = Metrics()
-    series = metrics.for_model("m")
-    assert metrics.for_model("m") is series
+    series = metrics.for_model("m", "chat")
+    assert metrics.for_model("m", "chat") is series
     series.requests("200").inc()
-    metrics.requests.labels("m", "200").inc()
+    metrics.requests.labels("m", "200", "chat").inc()
     series.requests("429").inc()
     series.tool_calls("valid").inc(3)
     series.upstream_seconds.observe(0.5)
     series.overhead_seconds.observe(0.001)
-    metrics.for_model("other").requests("200").inc()
+    metrics.for_model("other", "responses").requests("200").inc()
     text = metrics.render().decode()
-    assert metric(text, "toolsentry_requests_total", model="m", status="200") == 2
-    assert metric(text, "toolsentry_requests_total", model="m", status="429") == 1
-    assert metric(text, "toolsentry_requests_total", model="other", status="200") == 1
-    assert metric(text, "toolsentry_tool_calls_total", model="m", outcome="valid") == 3
-    assert metric(text, "toolsentry_upstream_seconds_sum", model="m") == 0.5
-    assert metric(text, "toolsentry_overhead_seconds_count", model="m") == 1
-    assert 'toolsentry_overhead_seconds_count{model="other"}' not in text
+    assert metric(text, "toolsentry_requests_total", api="chat", model="m", status="200") == 2
+    assert metric(text, "toolsentry_requests_total", api="chat", model="m", status="429") == 1
+    assert (
+        metric(text, "toolsentry_requests_total", api="responses", model="other", status="200") == 1
+    )
+    assert metric(text, "toolsentry_tool_calls_total", api="chat", model="m", outcome="valid") == 3
+    assert metric(text, "toolsentry_upstream_seconds_sum", api="chat", model="m") == 0.5
+    assert metric(text, "toolsentry_overhead_seconds_count", api="chat", model="m") == 1
+    assert 'toolsentry_overhead_seconds_count{api="responses",model="other"}' not in text
 
 
 def test_unknown_tool_names_are_bounded_per_model() -> None:

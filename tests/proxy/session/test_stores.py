@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from proxy.errors import ConfigError
+from proxy.session import open_store
 from proxy.session.redis_store import RedisStore
 from proxy.session.sqlite_store import SqliteStore
-from proxy.session.stores import MemoryStore, SessionStore, open_store
+from proxy.session.stores import MemoryStore, SessionStore
 from proxy.testing import free_port
 from tests.proxy.session.conformance import T0, FakeClock, StoreConformance
 

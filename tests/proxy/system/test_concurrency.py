@@ -102,7 +102,7 @@ def counting(processes: list[ProxyProcess], name: str, **labels: str) -> Callabl
 
 def test_every_concurrent_error_is_counted_exactly_once(deployment: list[ProxyProcess]) -> None:
     urls = [p.url for p in deployment]
-    labels = {"model": "scripted-model"}
+    labels = {"model": "scripted-model", "api": "chat"}
     answered = counting(deployment, "toolsentry_requests_total", status="200", **labels)
     unknown = counting(deployment, "toolsentry_violations_total", channel="unknown_tool", **labels)
     outcomes = asyncio.run(fire(urls, REQUESTS, concurrency=CONCURRENCY, session="hammered"))
@@ -121,7 +121,7 @@ def test_the_budget_gate_rejects_every_request_sent_after_the_count_reached_it(
     deployment: list[ProxyProcess],
 ) -> None:
     urls = [p.url for p in deployment]
-    labels = {"model": "scripted-model"}
+    labels = {"model": "scripted-model", "api": "chat"}
     ok = counting(deployment, "toolsentry_requests_total", status="200", **labels)
     refused = counting(deployment, "toolsentry_requests_total", status="429", **labels)
     exhausted = counting(deployment, "toolsentry_budget_exhausted_total", **labels)

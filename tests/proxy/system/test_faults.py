@@ -112,8 +112,12 @@ def test_each_fault_gives_a_retried_success_or_a_clear_error_and_exact_counts(
     assert session["channels"] == ({} if error_type is None else {"upstream_error": 1})
     assert session["errors"] == 0  # an upstream failure is not the agent's tool error
     text = fragile_proxy.metrics()
-    assert metric(text, "toolsentry_requests_total", model=MODEL, status=str(status)) == 1
-    failures = metric(text, "toolsentry_violations_total", model=MODEL, channel="upstream_error")
+    assert (
+        metric(text, "toolsentry_requests_total", api="chat", model=MODEL, status=str(status)) == 1
+    )
+    failures = metric(
+        text, "toolsentry_violations_total", api="chat", model=MODEL, channel="upstream_error"
+    )
     assert failures == (0 if error_type is None else 1)
 
 
@@ -210,7 +214,7 @@ async def test_descriptors_and_tasks_return_to_their_level_after_a_thousand_faul
             retries=0,
         )
         app = create_app(settings)
-        router = app.state.service.router
+        router = app.state.pipeline.router
         async with serving(app) as url:
 
             async def load(schedule: list[str]) -> None:
@@ -254,11 +258,14 @@ async def test_descriptors_and_tasks_return_to_their_level_after_a_thousand_faul
             by_status[KINDS[kind][1]] += count
         for status, count in by_status.items():
             assert (
-                metric(text, "toolsentry_requests_total", model=MODEL, status=str(status)) == count
+                metric(
+                    text, "toolsentry_requests_total", api="chat", model=MODEL, status=str(status)
+                )
+                == count
             )
         failures = sum(count for kind, count in sent.items() if kind != "ok")
         assert metric(
-            text, "toolsentry_violations_total", model=MODEL, channel="upstream_error"
+            text, "toolsentry_violations_total", api="chat", model=MODEL, channel="upstream_error"
         ) == (failures)
 
 

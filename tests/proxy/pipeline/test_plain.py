@@ -329,17 +329,30 @@ def test_metrics_count_what_happened(proxy: RunningProxy, upstream: RunningUpstr
     chat(proxy, "s-m2")
     text = proxy.metrics()
     model = "scripted-model"
-    assert metric(text, "toolsentry_requests_total", model=model, status="200") == 2
-    assert metric(text, "toolsentry_violations_total", model=model, channel="unknown_tool") == 1
+    assert metric(text, "toolsentry_requests_total", api="chat", model=model, status="200") == 2
+    assert (
+        metric(text, "toolsentry_violations_total", api="chat", model=model, channel="unknown_tool")
+        == 1
+    )
     assert (
         metric(
-            text, "toolsentry_repairs_total", model=model, channel="unknown_tool", result="success"
+            text,
+            "toolsentry_repairs_total",
+            api="chat",
+            model=model,
+            channel="unknown_tool",
+            result="success",
         )
         == 1
     )
-    assert metric(text, "toolsentry_tool_calls_total", model=model, outcome="repaired") == 1
-    assert metric(text, "toolsentry_tool_calls_total", model=model, outcome="valid") == 1
-    assert metric(text, "toolsentry_upstream_seconds_count", model=model) == 2
+    assert (
+        metric(text, "toolsentry_tool_calls_total", api="chat", model=model, outcome="repaired")
+        == 1
+    )
+    assert (
+        metric(text, "toolsentry_tool_calls_total", api="chat", model=model, outcome="valid") == 1
+    )
+    assert metric(text, "toolsentry_upstream_seconds_count", api="chat", model=model) == 2
 
 
 def test_hallucinated_names_are_ranked_per_model(
@@ -418,7 +431,9 @@ def test_a_failed_reask_passes_the_original_failure_through_as_one_request(
     assert (record["errors"], record["channels"]) == (1, channels)
     text = proxy.metrics()
     requests = {
-        status: metric(text, "toolsentry_requests_total", model="scripted-model", status=status)
+        status: metric(
+            text, "toolsentry_requests_total", api="chat", model="scripted-model", status=status
+        )
         for status in ("200", "400", "500", "502")
     }
     assert requests == {"200": 1, "400": 0, "500": 0, "502": 0}
@@ -449,7 +464,7 @@ def test_a_reask_that_fails_otherwise_is_reported_and_counted_as_what_the_client
     text = proxy.metrics()
     for channel in ("unknown_tool", "leaked_tool_call", "truncated"):
         counted = metric(
-            text, "toolsentry_violations_total", model="scripted-model", channel=channel
+            text, "toolsentry_violations_total", api="chat", model="scripted-model", channel=channel
         )
         assert counted == 1, channel
 
@@ -478,7 +493,14 @@ def test_on_unrepaired_strip_removes_the_invalid_call_and_costs_no_error(
     assert proxy.session("s-strip-call")["channels"] == {"unknown_tool": 1}
     text = proxy.metrics()
     assert (
-        metric(text, "toolsentry_tool_calls_total", model="scripted-model", outcome="stripped") == 1
+        metric(
+            text,
+            "toolsentry_tool_calls_total",
+            api="chat",
+            model="scripted-model",
+            outcome="stripped",
+        )
+        == 1
     )
 
 

@@ -351,8 +351,14 @@ def test_a_failed_reask_leaves_the_call_to_pass_through_the_stream_as_one_reques
     record = proxy.session("s-reask-500")
     assert (record["errors"], record["channels"]) == (1, {"unknown_tool": 1, "upstream_error": 1})
     text = proxy.metrics()
-    assert metric(text, "toolsentry_requests_total", model="scripted-model", status="200") == 1
-    assert metric(text, "toolsentry_requests_total", model="scripted-model", status="502") == 0
+    assert (
+        metric(text, "toolsentry_requests_total", api="chat", model="scripted-model", status="200")
+        == 1
+    )
+    assert (
+        metric(text, "toolsentry_requests_total", api="chat", model="scripted-model", status="502")
+        == 0
+    )
 
 
 def test_on_unrepaired_strip_removes_the_invalid_call_from_the_stream(
@@ -511,7 +517,12 @@ def test_an_upstream_dropping_mid_stream_gives_an_error_event_counted_once(
     assert proxy.session("s-drop")["errors"] == 0
     text = proxy.metrics()
     model = "scripted-model"
-    assert metric(text, "toolsentry_violations_total", model=model, channel="upstream_error") == 1
+    assert (
+        metric(
+            text, "toolsentry_violations_total", api="chat", model=model, channel="upstream_error"
+        )
+        == 1
+    )
 
 
 @pytest.mark.parametrize(
@@ -592,7 +603,11 @@ def test_a_client_that_goes_away_cancels_the_upstream_request_and_leaves_no_task
     assert wait_until(
         lambda: (
             metric(
-                proxy.metrics(), "toolsentry_requests_total", model="scripted-model", status="499"
+                proxy.metrics(),
+                "toolsentry_requests_total",
+                api="chat",
+                model="scripted-model",
+                status="499",
             )
             == 1
         )

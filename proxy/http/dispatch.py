@@ -1,0 +1,107 @@
+"""The one dispatch path of the turn routes (`POST /v1/chat/completions`, `/v1/responses`, …).
+
+A `TurnRoute` is a plain ASGI app: it binds the request id for every log event of the request,
+checks the key, reads and parses the body, begins the turn, drives it plain or streamed, and
+answers; an error is answered here and nowhere else, and a request refused before its turn
+began (400, 401, 404, 413) is counted and logged here, once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import orjson
+import structlog
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from proxy.chatbody import ChatBodyParser
+from proxy.errors import ToolsentryError, status_of
+from proxy.http.auth import Keys
+from proxy.http.body import read_body
+from proxy.http.replies import JSONReply, SSEReply, request_headers
+from proxy.logs import get_logger
+from proxy.pipeline.plain import complete
+from proxy.pipeline.stream import open_stream
+from proxy.pipeline.turn import Exchange, Pipeline
+from proxy.protocols.base import WireProtocol
+
+_INTERNAL = "internal error in toolsentry; see the proxy's log"
+
+
+class TurnRoute:
+    """Serves one wire protocol's route through the turn (an ASGI app)."""
+
+    def __init__(self, pipeline: Pipeline, protocol: WireProtocol, keys: Keys) -> None:
+        self.pipeline = pipeline
+        self.protocol = protocol
+        self.bodies = ChatBodyParser(pipeline.limits, compile=protocol.compile_tools)
+        self.keys = keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = request_headers(scope)
+        # 32 random hex digits, as uuid4().hex gave, without building a UUID (a few µs).
+        request_id = headers.get("x-request-id") or os.urandom(16).hex()
+        tokens = structlog.contextvars.bind_contextvars(request_id=request_id)
+        try:
+            exchange = Exchange(self.protocol.api, time.perf_counter())
+            try:
+                response = await self._answer(headers, receive, exchange)
+            except ClientDisconnect:
+                return  # gone before its request was read: nobody to answer
+            except ToolsentryError as exc:
+                await self._failed(exchange, status_of(exc), exc.error_type)
+                body = self.protocol.error(exc)
+                response = JSONReply(orjson.dumps(body), status_of(exc), exc.headers)
+            except Exception as exc:
+                # Never a traceback to the client; the log has it.
+                get_logger().error(
+                    "unhandled_error", path=scope["path"], error=repr(exc), exc_info=exc
+                )
+                await self._failed(exchange, 500, "internal_error")
+                body = self.protocol.error(ToolsentryError(_INTERNAL))
+                response = JSONReply(orjson.dumps(body), 500)
+            await response(scope, receive, send)
+        finally:
+            structlog.contextvars.reset_contextvars(**tokens)
+
+    async def _answer(
+        self, headers: dict[str, str], receive: Receive, exchange: Exchange
+    ) -> Response:
+        self.keys.require_client(headers)
+        raw = await read_body(headers, receive, self.pipeline.settings.max_body_bytes)
+        parsed = self.bodies.parse(raw)
+        exchange.model = parsed.body.get("model")
+        turn = await self.pipeline.begin(
+            self.protocol, parsed.body, headers, exchange, index=parsed.index
+        )
+        if turn.view.stream:
+            return SSEReply(await open_stream(turn, raw=raw))
+        result = await complete(turn, raw=raw)
+        return JSONReply(result.content(), result.status, result.headers)
+
+    async def _failed(self, exchange: Exchange, status: int, error: str) -> None:
+        """Account a request that ended in an error: its turn's close, or a refusal's count."""
+        turn = exchange.turn
+        if turn is None:
+            self.pipeline.refused(exchange, status, error)
+        elif not turn.closed:
+            try:
+                await turn.close(status)
+            except ToolsentryError as exc:  # the session store failed as well: say so, answer
+                get_logger().error("turn_close_failed", error=exc.message)
+
+
+class Delegate(Response):
+    """A response that hands the request to an ASGI app: what FastAPI's registration of a turn
+    route answers with, so that also with middleware or a root path it runs the one dispatch."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)

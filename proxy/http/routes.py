@@ -1,0 +1,100 @@
+"""The proxy's own routes: models, health, metrics, the session API and the statistics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+
+from proxy.config import Settings
+from proxy.errors import BadRequestError, NotFoundError, ToolsentryError, error_body
+from proxy.http.auth import Keys
+from proxy.http.replies import JSONReply
+from proxy.metrics import CONTENT_TYPE, Metrics, UnknownToolStats
+from proxy.session.stores import SessionStore
+from proxy.upstream import Router
+
+
+def add_routes(
+    app: FastAPI,
+    *,
+    settings: Settings,
+    router: Router,
+    store: SessionStore,
+    metrics: Metrics,
+    unknown: UnknownToolStats,
+    keys: Keys,
+) -> None:
+    """Register the routes on `app`."""
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        keys.require_client(request.headers)
+        merged: dict[str, Any] = {}
+        for upstream in router.upstreams:
+            try:
+                response = await upstream.request("GET", "models", body=None, headers={})
+                listing = response.json() if response.status == 200 else {}
+            except ToolsentryError:
+                continue
+            for entry in listing.get("data", []) if isinstance(listing, dict) else []:
+                if isinstance(entry, dict) and "id" in entry:
+                    merged.setdefault(entry["id"], entry)
+        for config in settings.upstreams:
+            for name in config.models:
+                merged.setdefault(
+                    name, {"id": name, "object": "model", "created": 0, "owned_by": config.name}
+                )
+        return JSONReply(orjson.dumps({"object": "list", "data": list(merged.values())}))
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return JSONReply(b'{"status":"ok"}')
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        for upstream in router.upstreams:
+            try:
+                response = await upstream.request("GET", "models", body=None, headers={})
+            except ToolsentryError:
+                continue
+            if response.status < 500:
+                return JSONReply(orjson.dumps({"status": "ready", "upstream": upstream.name}))
+        return JSONReply(
+            orjson.dumps(error_body("no upstream answers", "upstream_unavailable")), 503
+        )
+
+    @app.get("/metrics")
+    async def metrics_endpoint() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/v1/sessions")
+    async def list_sessions(request: Request, order: str = "recent", limit: int = 50) -> Response:
+        keys.require_admin(request.headers)
+        if order not in ("recent", "failing"):
+            raise BadRequestError("order must be 'recent' or 'failing'", param="order")
+        records = await store.list(order=order, limit=max(1, min(limit, 1000)))  # type: ignore[arg-type]
+        return JSONReply(orjson.dumps({"object": "list", "data": [r.to_dict() for r in records]}))
+
+    # Session ids may hold slashes (τ²-bench task ids do), as they are or percent-encoded.
+    @app.get("/v1/sessions/{session_id:path}")
+    async def get_session(request: Request, session_id: str) -> Response:
+        keys.require_admin(request.headers)
+        record = await store.get(session_id)
+        if record is None:
+            raise NotFoundError(f"no session '{session_id}'", param="session_id")
+        return JSONReply(orjson.dumps(record.to_dict()))
+
+    @app.delete("/v1/sessions/{session_id:path}")
+    async def delete_session(request: Request, session_id: str) -> Response:
+        keys.require_admin(request.headers)
+        if not await store.delete(session_id):
+            raise NotFoundError(f"no session '{session_id}'", param="session_id")
+        return JSONReply(orjson.dumps({"id": session_id, "deleted": True}))
+
+    @app.get("/v1/stats/unknown-tools")
+    async def unknown_tool_stats(request: Request, limit: int = 20) -> Response:
+        keys.require_admin(request.headers)
+        return JSONReply(orjson.dumps(unknown.top(max(1, min(limit, 1000)))))

@@ -1,0 +1,59 @@
+"""The plain driver: one non-streamed request through the turn.
+
+The client's bytes go to the upstream as they are; when no choice changed and no re-ask added
+usage, the upstream's bytes go back as they are too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.errors import UpstreamError, status_of
+from proxy.pipeline.turn import Turn
+from proxy.usage import sum_usage
+
+
+@dataclass(slots=True)
+class TurnResult:
+    """A plain turn's answer: status, headers, and either the upstream's raw bytes or a body."""
+
+    status: int
+    headers: dict[str, str]
+    body: dict[str, Any] | None = None
+    raw: bytes | None = None
+
+    def content(self) -> bytes:
+        """The response body as bytes."""
+        if self.raw is not None:
+            return self.raw
+        return orjson.dumps(self.body)
+
+
+async def complete(turn: Turn, *, raw: bytes | None = None) -> TurnResult:
+    """Serve the turn without a stream; `raw`: the client's body as sent.
+
+    Raises UpstreamError (the turn closed with its status) and UnrepairedToolCallError under
+    `on_unrepaired: reject` (closed with 422).
+    """
+    protocol = turn.protocol
+    if turn.ending is not None:  # the budget's `finish` policy: the turn is closed
+        answer = protocol.finish(turn.body, turn.ending)
+        return TurnResult(200, turn.report().headers(), body=answer)
+    try:
+        response = await turn.send(turn.body, raw=raw)
+        reply = protocol.read(response.json(), turn.upstream.name)
+    except UpstreamError as exc:
+        await turn.fail(exc)
+        await turn.close(status_of(exc))
+        raise
+    settled = [await turn.settle(choice) for choice in reply.choices]
+    usages = [usage for done in settled for usage in done.usage]
+    changed = any(done.changed for done in settled)
+    report = await turn.close(200)
+    if not changed and not usages:
+        return TurnResult(200, report.headers(), raw=response.body)
+    usage = sum_usage([reply.body.get("usage") or {}, *usages]) if usages else None
+    return TurnResult(200, report.headers(), body=protocol.write(reply, settled, usage))

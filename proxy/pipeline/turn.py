@@ -1,0 +1,530 @@
+"""The protocol-neutral turn: one client request from its budget gate to its report (DESIGN §3).
+
+    Pipeline.begin(protocol, body, headers)   session, budget gate, tool errors claimed
+      -> Turn.settle(choice)                  validate, local fix, re-ask, on_unrepaired
+      -> Turn.close(status)                   once: session store, metrics, the log line
+      -> TurnReport                           headers, the stream's summary comment
+
+The drivers (`plain.py`, `stream.py`) only move bytes between the client, the upstream and the
+protocol's adapter; every count the turn makes is made here, and `close` runs once whatever
+happened (a second call returns the first report).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.config import Settings
+from proxy.errors import (
+    BadRequestError,
+    BudgetExhaustedError,
+    UnrepairedToolCallError,
+    UpstreamError,
+    UpstreamStatusError,
+)
+from proxy.guard.channels import Channel, Violation
+from proxy.guard.repair import OnUnrepaired, RepairMode, local_fix, strip_invalid
+from proxy.guard.toolcheck import GuardLimits, ToolIndex, validate
+from proxy.logs import get_logger, log_request
+from proxy.metrics import Metrics, UnknownToolStats
+from proxy.pipeline.report import TurnReport
+from proxy.protocols.base import Choice, Message, Settled, TurnView, WireProtocol
+from proxy.session.budget import ErrorBudget, ExhaustionPolicy, resolve_session
+from proxy.session.stores import SessionRecord, SessionStore
+from proxy.upstream import (
+    Router,
+    Upstream,
+    UpstreamResponse,
+    chat_request_headers,
+    raise_for_status,
+)
+
+_MAX_MODEL_LABELS = 64
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One HTTP request to a turn route, as the dispatch sees it. Its log line and its count are
+    written once: by its turn's `close` when a turn began (`turn`), else by `Pipeline.refused`.
+    `model`: the body's `model` once the body is parsed."""
+
+    api: str
+    started: float
+    model: object = None
+    turn: Turn | None = None
+
+
+class Pipeline:
+    """What every turn of one app shares: settings, upstreams, the session store, the metrics."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        router: Router,
+        store: SessionStore,
+        metrics: Metrics,
+        unknown_tools: UnknownToolStats,
+    ) -> None:
+        self.settings = settings
+        self.router = router
+        self.store = store
+        self.metrics = metrics
+        self.unknown_tools = unknown_tools
+        self.limits = GuardLimits(
+            max_tools=settings.max_tools,
+            max_schema_bytes=settings.max_schema_bytes,
+            max_schema_depth=settings.max_schema_depth,
+        )
+        self._session_headers = tuple(name.lower() for name in settings.session_headers)
+        self._model_labels: set[str] = set()
+
+    async def begin(
+        self,
+        protocol: WireProtocol,
+        body: dict[str, Any],
+        headers: Mapping[str, str],
+        exchange: Exchange,
+        *,
+        index: ToolIndex | None = None,
+    ) -> Turn:
+        """Check the request, count the tool errors it reports, and apply the budget gate.
+
+        `headers`: the client's, keyed by lower-case names; `index`: the body's tools compiled,
+        when known. Returns the Turn; under the `finish` policy of a spent budget it is already
+        closed and `ending` holds the text to answer with.
+
+        Raises BadRequestError, NotFoundError (no upstream serves the model) and, under the
+        `reject` policy of a spent budget, BudgetExhaustedError (the turn closed with 429).
+        """
+        view = protocol.view(body, index)
+        model = self.model_label(view.model)
+        upstream = self.router.pick(view.model)
+        session = resolve_session(headers, view.hints, header_names=self._session_headers)
+        budget, repair = self._overrides(headers)
+        tool_errors = await self._claim_tool_errors(session, view)
+        record = await self.store.record(
+            session,
+            max_errors=budget.max_errors,
+            errors=tool_errors,
+            channels={Channel.TOOL_ERROR.value: tool_errors} if tool_errors else {},
+            requests=1,
+            now=time.time(),
+        )
+        if tool_errors:
+            self.metrics.violations.labels(model, Channel.TOOL_ERROR.value, protocol.api).inc(
+                tool_errors
+            )
+        turn = Turn(self, protocol, body, view, headers, exchange, model, session, budget, repair)
+        turn.upstream = upstream
+        turn.record = record
+        exchange.turn = turn
+        if budget.exhausted(record.errors) and budget.policy is not ExhaustionPolicy.OBSERVE:
+            self.metrics.budget_exhausted.labels(model, protocol.api).inc()
+            text = (
+                f"session '{session}' has used its error budget: {record.errors} tool errors "
+                f"of {budget.max_errors} allowed"
+            )
+            if budget.policy is ExhaustionPolicy.REJECT:
+                report = await turn.close(BudgetExhaustedError.status_code)
+                raise BudgetExhaustedError(
+                    text,
+                    code="error_budget_exhausted",
+                    headers={**report.headers(), "x-should-retry": "false"},
+                )
+            turn.ending = text
+            await turn.close(200)
+        return turn
+
+    def model_label(self, model: object) -> str:
+        """The `model` label of a request's metrics: its model, or `other` past 64 names."""
+        name = model if isinstance(model, str) else ""
+        if name in self._model_labels:
+            return name
+        if len(self._model_labels) < _MAX_MODEL_LABELS:
+            self._model_labels.add(name)
+            return name
+        return "other"
+
+    def refused(self, exchange: Exchange, status: int, error: str) -> None:
+        """Count and log a request refused before its turn began (400, 401, 404, 413, …)."""
+        model = exchange.model
+        label = self.model_label(model)
+        self.metrics.for_model(label, exchange.api).requests(str(status)).inc()
+        log_request(
+            {
+                "api": exchange.api,
+                "model": model if isinstance(model, str) else None,
+                "status": status,
+                "error": error,
+                "latency_ms": round((time.perf_counter() - exchange.started) * 1000, 3),
+            }
+        )
+
+    async def _claim_tool_errors(self, session: str, view: TurnView) -> int:
+        prefix = self.settings.tool_error_prefix
+        ids = list(
+            dict.fromkeys(
+                result.call_id
+                for result in view.tool_results
+                if result.call_id
+                and (
+                    result.is_error
+                    if result.is_error is not None
+                    else result.text.startswith(prefix)
+                )
+            )
+        )
+        if not ids:
+            return 0
+        return len(await self.store.claim_call_ids(session, ids, now=time.time()))
+
+    def _overrides(self, headers: Mapping[str, str]) -> tuple[ErrorBudget, RepairMode]:
+        max_errors = self.settings.max_errors
+        repair = self.settings.repair
+        if self.settings.allow_overrides:
+            raw = headers.get("x-toolsentry-max-errors")
+            if raw is not None:
+                try:
+                    asked = int(raw)
+                except ValueError:
+                    raise BadRequestError(
+                        f"x-toolsentry-max-errors must be an integer, got {raw!r}",
+                        param="x-toolsentry-max-errors",
+                    ) from None
+                if asked < 1:
+                    raise BadRequestError(
+                        "x-toolsentry-max-errors must be at least 1",
+                        param="x-toolsentry-max-errors",
+                    )
+                max_errors = min(max_errors, asked)
+            mode = headers.get("x-toolsentry-repair")
+            if mode is not None:
+                try:
+                    repair = RepairMode(mode.strip().lower())
+                except ValueError:
+                    valid = ", ".join(m.value for m in RepairMode)
+                    raise BadRequestError(
+                        f"x-toolsentry-repair must be one of {valid}, got {mode!r}",
+                        param="x-toolsentry-repair",
+                    ) from None
+        return ErrorBudget(max_errors, self.settings.exhaustion_policy), repair
+
+
+class Turn:
+    """One client request from `Pipeline.begin` to `close`, whatever its protocol or driver.
+
+    The drivers read `body`, `view`, `forward` (the client's headers for the upstream) and
+    `upstream`, call `send` for non-streamed upstream requests (time spent there is the
+    upstream's), `settle` for each choice, `fail` when the upstream failed, and `close` once.
+    """
+
+    __slots__ = (
+        "_closed",
+        "_failed",
+        "_found",
+        "_outcomes",
+        "_pipeline",
+        "_repaired",
+        "_started",
+        "_unrepaired",
+        "body",
+        "budget",
+        "ending",
+        "exchange",
+        "forward",
+        "model",
+        "protocol",
+        "record",
+        "repair",
+        "session",
+        "upstream",
+        "upstream_seconds",
+        "view",
+    )
+
+    upstream: Upstream
+    record: SessionRecord
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        protocol: WireProtocol,
+        body: dict[str, Any],
+        view: TurnView,
+        headers: Mapping[str, str],
+        exchange: Exchange,
+        model: str,
+        session: str,
+        budget: ErrorBudget,
+        repair: RepairMode,
+    ) -> None:
+        self._pipeline = pipeline
+        self.protocol = protocol
+        self.body = body
+        self.view = view
+        self.exchange = exchange
+        self.model = model
+        self.session = session
+        self.budget = budget
+        self.repair = repair
+        self.forward = chat_request_headers(headers)
+        self.ending: str | None = None
+        self.upstream_seconds = 0.0
+        self._started = exchange.started
+        self._found: list[Violation] = []
+        self._repaired = 0
+        self._unrepaired: list[Violation] = []
+        self._outcomes: Counter[str] = Counter()
+        self._failed = False
+        self._closed: TurnReport | None = None
+
+    # -- the upstream ---------------------------------------------------------------------------
+
+    async def send(
+        self, body: dict[str, Any] | None, *, raw: bytes | None = None
+    ) -> UpstreamResponse:
+        """One non-streamed request to the protocol's upstream path: `raw` as it is when given
+        (the client's bytes), else `body` encoded. Returns a 2xx/3xx response; raises
+        UpstreamError (UpstreamStatusError for an error status), which the caller counts."""
+        start = time.perf_counter()
+        try:
+            response = await self.upstream.request(
+                "POST",
+                self.protocol.path,
+                body=raw if raw is not None else orjson.dumps(body),
+                headers=self.forward,
+            )
+            raise_for_status(response, self.upstream.name)
+            return response
+        finally:
+            self.upstream_seconds += time.perf_counter() - start
+
+    async def fail(self, exc: UpstreamError, *, ends_request: bool = True) -> None:
+        """Count an upstream failure (after retries) in the session and the metrics.
+
+        A refusal (4xx) is the upstream answering, not failing: it is not charged. With
+        `ends_request` the client's request fails with it: the report names `upstream_error`
+        (for a failure) and the caller closes the turn with the error's status.
+        """
+        if isinstance(exc, UpstreamStatusError) and exc.status < 500:
+            return
+        await self._pipeline.store.record(
+            self.session,
+            max_errors=self.budget.max_errors,
+            channels={Channel.UPSTREAM_ERROR.value: 1},
+            now=time.time(),
+        )
+        self._pipeline.metrics.violations.labels(
+            self.model, Channel.UPSTREAM_ERROR.value, self.protocol.api
+        ).inc()
+        self._failed = self._failed or ends_request
+
+    # -- settling a choice ----------------------------------------------------------------------
+
+    async def settle(self, choice: Choice) -> Settled:
+        """Validate one choice, repair it by re-asking if allowed, apply `on_unrepaired`.
+
+        Raises UnrepairedToolCallError under `on_unrepaired: reject` (the turn closed with 422).
+        """
+        view, settings = self.view, self._pipeline.settings
+        message, reason = choice.message, choice.finish_reason
+        found = validate(message, None, view.tool_choice, finish_reason=reason, index=view.index)
+        if not found:
+            self._outcomes["valid"] += len(message.get("tool_calls") or ())
+            return Settled(choice.index, message, reason, False)
+
+        self._count(found)
+        current, remaining = message, found
+        usage: list[Mapping[str, Any]] = []
+        if settings.local_fixes:
+            current, fixed = local_fix(current, remaining, view.index)
+            if fixed:
+                remaining = validate(
+                    current, None, view.tool_choice, finish_reason=reason, index=view.index
+                )
+                for violation in fixed:
+                    self._pipeline.metrics.repairs.labels(
+                        self.model, violation.channel.value, "local_fix", self.protocol.api
+                    ).inc()
+
+        if remaining and self.repair is RepairMode.REASK and settings.max_reasks > 0:
+            current, reason, remaining, usage = await self._reask(current, reason, remaining)
+
+        repaired = not remaining
+        result = "success" if repaired else "failure"
+        for violation in found:
+            self._pipeline.metrics.repairs.labels(
+                self.model, violation.channel.value, result, self.protocol.api
+            ).inc()
+        if repaired:
+            self._repaired += len(found)
+            self._outcomes["repaired"] += len(current.get("tool_calls") or ())
+            return Settled(choice.index, current, reason, True, usage)
+
+        policy = settings.on_unrepaired
+        if policy is OnUnrepaired.STRIP:
+            stripped = strip_invalid(current, remaining)
+            # A failure of the message itself (a call leaked into content, an empty answer, a
+            # required call not made) has no call to remove: the client gets it, and it counts.
+            kept = [v for v in remaining if v.call_index is None]
+            self._outcomes["stripped"] += len(remaining) - len(kept)
+            self._outcomes["valid"] += len(stripped.get("tool_calls") or ())
+            if reason == "tool_calls" and not stripped.get("tool_calls"):
+                reason = "stop"
+            if kept:
+                self._unrepaired.extend(kept)
+                self._count(beyond(kept, found))
+            return Settled(choice.index, stripped, reason, True, usage)
+        self._unrepaired.extend(remaining)
+        # What the client gets is reported and counted in its channels, also where a re-ask
+        # failed otherwise than the original response did.
+        self._count(beyond(remaining, found))
+        bad = {v.call_index for v in remaining}
+        calls = current.get("tool_calls") or []
+        self._outcomes["invalid"] += sum(1 for i in range(len(calls)) if i in bad)
+        self._outcomes["valid"] += sum(1 for i in range(len(calls)) if i not in bad)
+        if policy is OnUnrepaired.REJECT:
+            report = await self.close(UnrepairedToolCallError.status_code)
+            raise UnrepairedToolCallError(
+                "the model's tool call could not be repaired: "
+                + "; ".join(v.message for v in remaining),
+                code=remaining[0].channel.value,
+                headers=report.headers(),
+            )
+        return Settled(choice.index, current, reason, current is not message, usage)
+
+    async def _reask(
+        self, message: Message, reason: str | None, violations: list[Violation]
+    ) -> tuple[Message, str | None, list[Violation], list[Mapping[str, Any]]]:
+        """Re-ask up to max_reasks times; return the last message, its finish, its violations
+        and the re-asks' usages."""
+        view, protocol = self.view, self.protocol
+        request = self.body
+        usages: list[Mapping[str, Any]] = []
+        for _ in range(self._pipeline.settings.max_reasks):
+            request = protocol.reask(request, message, violations, view.index)
+            # A failed re-ask leaves the failure it was to repair in place; the request goes on.
+            try:
+                reply = protocol.read((await self.send(request)).json(), self.upstream.name)
+            except UpstreamError as exc:
+                await self.fail(exc, ends_request=False)
+                get_logger().warning(
+                    "reask_failed", session=self.session, model=self.model, error=exc.message
+                )
+                break
+            usage = reply.body.get("usage")
+            if isinstance(usage, dict):
+                usages.append(usage)
+            if not reply.choices:
+                break
+            message, reason = reply.choices[0].message, reply.choices[0].finish_reason
+            violations = validate(
+                message, None, view.tool_choice, finish_reason=reason, index=view.index
+            )
+            if not violations:
+                break
+        return message, reason, violations, usages
+
+    def _count(self, violations: Sequence[Violation]) -> None:
+        self._found.extend(violations)
+        metrics, api = self._pipeline.metrics, self.protocol.api
+        for violation in violations:
+            metrics.violations.labels(self.model, violation.channel.value, api).inc()
+            if violation.channel is Channel.UNKNOWN_TOOL and violation.tool_name is not None:
+                self._pipeline.unknown_tools.add(self.model, violation.tool_name)
+
+    # -- the report -----------------------------------------------------------------------------
+
+    def report(self) -> TurnReport:
+        """The turn's report as it stands now (the closed one, once closed)."""
+        if self._closed is not None:
+            return self._closed
+        return self._report(200, final=False)
+
+    def _report(self, status: int, *, final: bool) -> TurnReport:
+        channels = dict.fromkeys(v.channel.value for v in self._found)
+        if self._failed:
+            channels[Channel.UPSTREAM_ERROR.value] = None
+        return TurnReport(
+            self.protocol.api,
+            self.model,
+            self.session,
+            self.record.errors,
+            self.budget.max_errors,
+            self._repaired,
+            tuple(channels),
+            status,
+            final,
+        )
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` has run."""
+        return self._closed is not None
+
+    async def close(self, status: int) -> TurnReport:
+        """Account the turn in the session store and the metrics, write its log line, and
+        return its final report. Runs once; a later call returns the first report.
+
+        `status` is the request's as counted: the HTTP status, 499 for a client gone mid-stream,
+        an error's status for a stream that ended in one.
+        """
+        if self._closed is not None:
+            return self._closed
+        pipeline = self._pipeline
+        errors = len(self._unrepaired)
+        if errors or self._found or self._repaired:
+            passed_ids = [v.call_id for v in self._unrepaired if v.call_id]
+            if passed_ids:
+                # A later tool error for a call already counted must not count twice.
+                await pipeline.store.claim_call_ids(self.session, passed_ids, now=time.time())
+            self.record = await pipeline.store.record(
+                self.session,
+                max_errors=self.budget.max_errors,
+                errors=errors,
+                repairs=self._repaired,
+                channels=Counter(v.channel.value for v in self._found),
+                now=time.time(),
+            )
+        report = self._closed = self._report(status, final=True)
+        series = pipeline.metrics.for_model(self.model, self.protocol.api)
+        for outcome, count in self._outcomes.items():
+            series.tool_calls(outcome).inc(count)
+        series.requests(str(status)).inc()
+        total = time.perf_counter() - self._started
+        series.upstream_seconds.observe(self.upstream_seconds)
+        series.overhead_seconds.observe(max(0.0, total - self.upstream_seconds))
+        fields = {
+            "api": self.protocol.api,
+            "model": self.view.model if isinstance(self.view.model, str) else None,
+            **report.log_fields(),
+            "stream": self.view.stream or None,
+            "latency_ms": round(total * 1000, 3),
+        }
+        if pipeline.settings.log_bodies:
+            fields["body"] = self.body
+        log_request(fields)
+        return report
+
+
+def beyond(delivered: list[Violation], found: list[Violation]) -> list[Violation]:
+    """The violations of `delivered` that `found` has no counterpart for, channel by channel.
+
+    A turn counts, per channel, the larger of what the upstream's first response had and what
+    the client finally got: a failure repeated on every re-ask is one failure, a different one
+    is another. Returns the delivered violations in excess, in order.
+    """
+    spare = Counter(v.channel for v in found)
+    extra = []
+    for violation in delivered:
+        if spare[violation.channel]:
+            spare[violation.channel] -= 1
+        else:
+            extra.append(violation)
+    return extra
