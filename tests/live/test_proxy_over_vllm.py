@@ -69,7 +69,9 @@ def assert_reported_and_counted(
     )
     for channel in received.violations:
         assert record["channels"].get(channel, 0) >= 1, f"{channel} not counted in {record}"
-        assert metrics[labels(model=MODEL, channel=channel)] >= 1, f"{channel} not in /metrics"
+        assert metrics[labels(api="chat", model=MODEL, channel=channel)] >= 1, (
+            f"{channel} not in /metrics"
+        )
 
 
 MODES = [("auto", False), ("required", False), ("named", True), ("auto", True)]
@@ -163,13 +165,13 @@ def test_a_fixed_set_of_requests_is_valid_or_reported_and_counted_per_channel(
     )
     for channel in sorted(set(seen) | {dict(k)["channel"] for k in violations}):
         summary.append(
-            f"{channel:24} {seen[channel]:9d} {violations.get(labels(model=MODEL, channel=channel), 0):8.0f} "
-            f"{repairs.get(labels(model=MODEL, channel=channel, result='success'), 0):9.0f} "
-            f"{repairs.get(labels(model=MODEL, channel=channel, result='failure'), 0):10.0f}"
+            f"{channel:24} {seen[channel]:9d} {violations.get(labels(api='chat', model=MODEL, channel=channel), 0):8.0f} "
+            f"{repairs.get(labels(api='chat', model=MODEL, channel=channel, result='success'), 0):9.0f} "
+            f"{repairs.get(labels(api='chat', model=MODEL, channel=channel, result='failure'), 0):10.0f}"
         )
     assert problems == []
     for channel, responses in seen.items():
-        assert violations.get(labels(model=MODEL, channel=channel), 0) >= responses
+        assert violations.get(labels(api="chat", model=MODEL, channel=channel), 0) >= responses
 
 
 def delta(before: str, after: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
