@@ -27,12 +27,14 @@ from proxy.logs import get_logger
 from proxy.metrics import Metrics, UnknownToolStats
 from proxy.pipeline.turn import Pipeline
 from proxy.protocols.chat import ChatProtocol
+from proxy.protocols.responses import ResponsesProtocol
 from proxy.session import open_store
 from proxy.session.stores import SessionStore
 from proxy.upstream import AiohttpUpstream, Router, Upstream
 
 _GC_YOUNG_THRESHOLD = 50_000
 CHAT_ROUTE = "/v1/chat/completions"
+RESPONSES_ROUTE = "/v1/responses"
 _CHAT_BODY_SCHEMA = {
     "requestBody": {
         "required": True,
@@ -46,6 +48,36 @@ _CHAT_BODY_SCHEMA = {
                         "messages": {"type": "array", "items": {"type": "object"}},
                         "tools": {"type": "array", "items": {"type": "object"}},
                         "tool_choice": {},
+                        "stream": {"type": "boolean"},
+                    },
+                    "additionalProperties": True,
+                }
+            }
+        },
+    }
+}
+
+
+_RESPONSES_BODY_SCHEMA = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            JSON: {
+                "schema": {
+                    "type": "object",
+                    "required": ["input"],
+                    "properties": {
+                        "model": {"type": "string"},
+                        "input": {
+                            "anyOf": [
+                                {"type": "string"},
+                                {"type": "array", "items": {"type": "object"}},
+                            ]
+                        },
+                        "instructions": {"type": "string"},
+                        "tools": {"type": "array", "items": {"type": "object"}},
+                        "tool_choice": {},
+                        "previous_response_id": {"type": "string"},
                         "stream": {"type": "boolean"},
                     },
                     "additionalProperties": True,
@@ -179,11 +211,16 @@ def create_app(
         return JSONReply(orjson.dumps(body), 500)
 
     chat = TurnRoute(pipeline, ChatProtocol(pipeline.limits), keys)
-    app.turn_routes = {CHAT_ROUTE: chat}
+    responses = TurnRoute(pipeline, ResponsesProtocol(pipeline.limits), keys)
+    app.turn_routes = {CHAT_ROUTE: chat, RESPONSES_ROUTE: responses}
 
     @app.post(CHAT_ROUTE, openapi_extra=_CHAT_BODY_SCHEMA)
     async def chat_completions() -> Response:
         return Delegate(chat)
+
+    @app.post(RESPONSES_ROUTE, openapi_extra=_RESPONSES_BODY_SCHEMA)
+    async def create_response() -> Response:
+        return Delegate(responses)
 
     add_routes(
         app,

@@ -49,6 +49,7 @@ async def complete(turn: Turn, *, raw: bytes | None = None) -> TurnResult:
         await turn.fail(exc)
         await turn.close(status_of(exc))
         raise
+    turn.answered(reply.response_id)
     settled = [await turn.settle(choice) for choice in reply.choices]
     usages = [usage for done in settled for usage in done.usage]
     changed = any(done.changed for done in settled)

@@ -179,6 +179,7 @@ class _Relay:
                 yield b"".join(out)
                 out.clear()
         end = assembly.end()
+        turn.answered(assembly.response_id)
         report = await turn.close(200)
         yield report.comment() + end
 

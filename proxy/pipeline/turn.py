@@ -105,7 +105,11 @@ class Pipeline:
         view = protocol.view(body, index)
         model = self.model_label(view.model)
         upstream = self.router.pick(view.model)
-        session = resolve_session(headers, view.hints, header_names=self._session_headers)
+        previous = view.hints.previous_response_id
+        chained = await self.store.session_of_response(previous) if previous else None
+        session = resolve_session(
+            headers, view.hints, header_names=self._session_headers, chained=chained
+        )
         budget, repair = self._overrides(headers)
         tool_errors = await self._claim_tool_errors(session, view)
         record = await self.store.record(
@@ -231,6 +235,7 @@ class Turn:
         "_outcomes",
         "_pipeline",
         "_repaired",
+        "_responses",
         "_started",
         "_unrepaired",
         "body",
@@ -282,6 +287,7 @@ class Turn:
         self._unrepaired: list[Violation] = []
         self._outcomes: Counter[str] = Counter()
         self._failed = False
+        self._responses: list[str] = []
         self._closed: TurnReport | None = None
 
     # -- the upstream ---------------------------------------------------------------------------
@@ -324,6 +330,12 @@ class Turn:
             self.model, Channel.UPSTREAM_ERROR.value, self.protocol.api
         ).inc()
         self._failed = self._failed or ends_request
+
+    def answered(self, response_id: str | None) -> None:
+        """Note the id of an upstream response of this turn (`Reply.response_id`): `close` links
+        it to the session, so a request continuing from it stays in the session."""
+        if response_id is not None:
+            self._responses.append(response_id)
 
     # -- settling a choice ----------------------------------------------------------------------
 
@@ -412,6 +424,7 @@ class Turn:
             # A failed re-ask leaves the failure it was to repair in place; the request goes on.
             try:
                 reply = protocol.read((await self.send(request)).json(), self.upstream.name)
+                self.answered(reply.response_id)
             except UpstreamError as exc:
                 await self.fail(exc, ends_request=False)
                 get_logger().warning(
@@ -492,6 +505,8 @@ class Turn:
                 channels=Counter(v.channel.value for v in self._found),
                 now=time.time(),
             )
+        for response_id in self._responses:
+            await pipeline.store.link_response(response_id, self.session, now=time.time())
         report = self._closed = self._report(status, final=True)
         series = pipeline.metrics.for_model(self.model, self.protocol.api)
         for outcome, count in self._outcomes.items():

@@ -287,6 +287,21 @@ class RedisStore:
             fields = await self._redis.hgetall(self._prefix + "counts:" + key)
         return {k: int(v) for k, v in _strings(fields).items()}
 
+    async def link_response(self, response_id: str, session: str, *, now: float) -> None:
+        # The link's own time decides whether it is live, as for every record of this store;
+        # Redis drops the key a TTL later on its own clock, so nothing is kept for ever.
+        ttl_ms = max(1, math.ceil(self._ttl * 1000))
+        async with self._translated():
+            await self._redis.set(self._response_key(response_id), f"{now!r}|{session}", px=ttl_ms)
+
+    async def session_of_response(self, response_id: str) -> str | None:
+        async with self._translated():
+            value = await self._redis.get(self._response_key(response_id))
+        if value is None:
+            return None
+        linked_at, _, session = str(value).partition("|")
+        return None if float(linked_at) + self._ttl <= self._clock() else session
+
     async def close(self) -> None:
         await self._redis.aclose()
 
@@ -333,6 +348,9 @@ class RedisStore:
 
     def _claims_key(self, session: str) -> str:
         return f"{self._prefix}claims:{session}"
+
+    def _response_key(self, response_id: str) -> str:
+        return f"{self._prefix}response:{response_id}"
 
     def _live(self, session: str, fields: Mapping[str, str], now: float) -> SessionRecord | None:
         record = _record_from_hash(session, fields)

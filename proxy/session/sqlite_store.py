@@ -63,6 +63,12 @@ CREATE TABLE IF NOT EXISTS counts (
     count INTEGER NOT NULL,
     PRIMARY KEY (key, field)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS responses (
+    response_id TEXT PRIMARY KEY,
+    session     TEXT NOT NULL,
+    linked_at   REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS responses_by_time ON responses (linked_at);
 """
 
 _ORDER_SQL: dict[str, str] = {
@@ -141,6 +147,12 @@ class SqliteStore:
 
     async def read_counts(self, key: str) -> dict[str, int]:
         return await self._run(self._read_counts, key)
+
+    async def link_response(self, response_id: str, session: str, *, now: float) -> None:
+        await self._run(self._link, response_id, session, now)
+
+    async def session_of_response(self, response_id: str) -> str | None:
+        return await self._run(self._linked, response_id, self._clock())
 
     async def close(self) -> None:
         if self._closed:
@@ -231,6 +243,22 @@ class SqliteStore:
                 )
             self._purge(now)
         return builtins.list(fresh)
+
+    def _link(self, response_id: str, session: str, now: float) -> None:
+        with _transaction(self._db):
+            self._db.execute(
+                "INSERT INTO responses VALUES (?, ?, ?) ON CONFLICT (response_id)"
+                " DO UPDATE SET session = excluded.session, linked_at = excluded.linked_at",
+                (response_id, session, now),
+            )
+            self._db.execute("DELETE FROM responses WHERE linked_at <= ?", (now - self._ttl,))
+
+    def _linked(self, response_id: str, now: float) -> str | None:
+        row = self._db.execute(
+            "SELECT session FROM responses WHERE response_id = ? AND linked_at > ?",
+            (response_id, now - self._ttl),
+        ).fetchone()
+        return None if row is None else str(row[0])
 
     def _delete(self, session: str, now: float) -> bool:
         db = self._db

@@ -133,6 +133,15 @@ class SessionStore(Protocol):
         """The counter set `key` (empty when nothing was counted)."""
         ...
 
+    async def link_response(self, response_id: str, session: str, *, now: float) -> None:
+        """Remember that the response `response_id` was answered in `session`, for `ttl_seconds`
+        (a Responses chain that sends only `previous_response_id` stays in its session)."""
+        ...
+
+    async def session_of_response(self, response_id: str) -> str | None:
+        """The session `link_response` linked `response_id` to, or None (unknown or expired)."""
+        ...
+
     async def close(self) -> None:
         """Release connections and threads; the store is unusable afterwards."""
         ...
@@ -167,6 +176,7 @@ class MemoryStore:
         self._records: OrderedDict[str, SessionRecord] = OrderedDict()
         self._claims: OrderedDict[str, _Claims] = OrderedDict()
         self._counts: dict[str, dict[str, int]] = {}
+        self._responses: OrderedDict[str, tuple[str, float]] = OrderedDict()
 
     async def get(self, session: str) -> SessionRecord | None:
         current = self._records.get(session)
@@ -244,10 +254,26 @@ class MemoryStore:
     async def read_counts(self, key: str) -> dict[str, int]:
         return dict(self._counts.get(key, {}))
 
+    async def link_response(self, response_id: str, session: str, *, now: float) -> None:
+        self._responses[response_id] = (session, now)
+        self._responses.move_to_end(response_id)
+        while self._responses:
+            _, linked_at = next(iter(self._responses.values()))
+            if not self._expired(linked_at, now) and len(self._responses) <= self._max_sessions:
+                break
+            self._responses.popitem(last=False)
+
+    async def session_of_response(self, response_id: str) -> str | None:
+        linked = self._responses.get(response_id)
+        if linked is None or self._expired(linked[1], self._clock()):
+            return None
+        return linked[0]
+
     async def close(self) -> None:
         self._records.clear()
         self._claims.clear()
         self._counts.clear()
+        self._responses.clear()
 
     async def list(
         self, *, order: Order = "recent", limit: int = 50

@@ -135,6 +135,20 @@ class StoreConformance:
             await record(store, "s1", clock, channels={"unknown_tool": -2})
         assert await store.get("s1") is None
 
+    async def test_a_linked_response_names_its_session_until_the_ttl_passes(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        assert await store.session_of_response("resp_1") is None
+        await store.link_response("resp_1", "s1", now=clock())
+        await store.link_response("resp_2", "s2", now=clock())
+        assert await store.session_of_response("resp_1") == "s1"
+        assert await store.session_of_response("resp_2") == "s2"
+        clock.advance(TTL - 1)
+        await store.link_response("resp_2", "s2", now=clock())  # a link is refreshed when resent
+        clock.advance(2)
+        assert await store.session_of_response("resp_1") is None
+        assert await store.session_of_response("resp_2") == "s2"
+
     async def test_a_call_id_is_claimed_once(self, store: SessionStore, clock: FakeClock) -> None:
         assert await store.claim_call_ids("s1", ["c1", "c2"], now=clock()) == ["c1", "c2"]
         clock.advance(1)

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.testing import completion, tool_call
+from proxy.testing import answer, call, completion, tool_call
 from tests.proxy.builders import make_request, make_tool
 from tests.proxy.conftest import RunningProxy, RunningUpstream
 
@@ -292,3 +292,92 @@ def test_a_client_that_leaves_halfway_through_its_body_costs_nothing_and_logs_no
     assert len(upstream.script.requests) == 1
     assert left.status_code == 404
     assert "error" not in [json.loads(line)["level"] for line in log.getvalue().splitlines()]
+
+
+# -- the Responses API -----------------------------------------------------------------------------
+
+
+def echo_first_responses_tool(body: dict[str, Any]) -> Any:
+    """A Responses upstream that calls the first declared function (inside a namespace too)."""
+    tools = body.get("tools")
+    first = tools[0] if isinstance(tools, list) and tools and isinstance(tools[0], dict) else {}
+    namespace = None
+    if first.get("type") == "namespace" and isinstance(first.get("tools"), list) and first["tools"]:
+        namespace, first = first.get("name"), first["tools"][0]
+    name = first.get("name") if isinstance(first, dict) else None
+    if not isinstance(name, str) or not (namespace is None or isinstance(namespace, str)):
+        return answer("plain text")
+    return answer(None, call(name, {}, namespace=namespace))
+
+
+flat_tools = st.fixed_dictionaries(
+    {"type": st.sampled_from(["function", "custom", "web_search", "mcp"]) | json_values},
+    optional={"name": st.text(max_size=12) | json_values, "parameters": schemas},
+)
+responses_tools = flat_tools | st.fixed_dictionaries(
+    {"type": st.just("namespace"), "name": st.text(max_size=8) | json_values},
+    optional={"tools": st.lists(flat_tools, max_size=2) | json_values},
+)
+input_items = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(
+            ["message", "function_call", "function_call_output", "reasoning", "web_search_call"]
+        )
+        | json_values
+    },
+    optional={
+        "role": st.sampled_from(["user", "system", "developer", "assistant"]) | json_values,
+        "content": json_values,
+        "call_id": st.text(max_size=8) | json_values,
+        "name": json_values,
+        "arguments": json_values,
+        "output": st.sampled_from(["Error: failed", "ok"]) | json_values,
+    },
+)
+responses_bodies = st.fixed_dictionaries(
+    {"input": st.lists(input_items, max_size=4) | st.text(max_size=20) | json_values},
+    optional={
+        "model": st.just("scripted-model") | json_values,
+        "instructions": st.text(max_size=20) | json_values,
+        "tools": st.lists(responses_tools, max_size=3) | json_values,
+        "tool_choice": st.sampled_from(["auto", "none", "required"])
+        | st.fixed_dictionaries({"type": st.just("function"), "name": json_values})
+        | json_values,
+        "previous_response_id": st.text(max_size=10) | json_values,
+        "metadata": json_values,
+        "user": json_values,
+    },
+)
+
+
+def test_generated_responses_bodies_never_get_a_5xx_from_the_proxy(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    upstream.script.handler = echo_first_responses_tool
+    proxy = make_proxy(max_reasks=1)
+    with proxy.http() as http:
+
+        @EXAMPLES
+        @given(body=responses_bodies, headers=hostile_headers)
+        def check(body: dict[str, Any], headers: dict[str, str]) -> None:
+            response = http.post("/v1/responses", json=body, headers=headers)
+            assert_not_a_proxy_failure(response)
+
+        check()
+
+
+def test_generated_raw_bytes_on_the_responses_route_never_get_a_5xx(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.handler = echo_first_responses_tool
+    with proxy.http() as http:
+
+        @EXAMPLES
+        @given(raw=st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()))
+        def check(raw: bytes) -> None:
+            response = http.post(
+                "/v1/responses", content=raw, headers={"content-type": "application/json"}
+            )
+            assert_not_a_proxy_failure(response)
+
+        check()

@@ -18,14 +18,15 @@ from schemathesis import GenerationMode
 
 from proxy.app import create_app
 from proxy.config import Settings
-from proxy.testing import LoopbackServer, ScriptedUpstream, completion, tool_call
+from proxy.testing import LoopbackServer, ScriptedUpstream, answer, call
 
 EXAMPLES = 150
 
 
 @pytest.fixture
 def proxy_url() -> Iterator[str]:
-    script = ScriptedUpstream(replies=[completion(tool_calls=[tool_call("get_order", {})])])
+    # One protocol-neutral answer, written in the protocol of whichever route it is asked on.
+    script = ScriptedUpstream(replies=[answer(None, call("get_order", {}))])
     with LoopbackServer(script.app) as upstream:
         config = Settings(upstreams=[{"name": "scripted", "base_url": f"{upstream.url}/v1"}])
         with LoopbackServer(create_app(config)) as proxy:
@@ -72,7 +73,8 @@ def test_requests_generated_from_the_openapi_schema_get_no_5xx_and_openai_shaped
             )
 
     check()
-    # The fuzzing reached the chat route and got both answers and refusals from the proxy.
-    chat = {status for path, status in seen if path == "/v1/chat/completions"}
-    assert 200 in chat, seen
-    assert any(400 <= status < 500 for status in chat), seen
+    # The fuzzing reached both turn routes and got answers and refusals from the proxy on each.
+    for route in ("/v1/chat/completions", "/v1/responses"):
+        statuses = {status for path, status in seen if path == route}
+        assert 200 in statuses, (route, seen)
+        assert any(400 <= status < 500 for status in statuses), (route, seen)

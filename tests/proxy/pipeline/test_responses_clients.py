@@ -1,0 +1,149 @@
+"""Real Responses clients through the proxy: the OpenAI Agents SDK's default model class
+(`OpenAIResponsesModel`) and the Codex CLI, each in front of a scripted Responses upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.testing import LoopbackServer, ScriptedUpstream, answer, call
+from tests.clients import codex_bin
+from tests.proxy.conftest import RunningProxy, RunningUpstream
+
+
+def test_an_agents_sdk_run_executes_the_tool_once_with_the_right_arguments(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    agents = pytest.importorskip("agents", reason="pip install openai-agents (a dev dependency)")
+    from openai import AsyncOpenAI
+
+    executed: list[str] = []
+
+    @agents.function_tool
+    def get_order_status(order_id: str) -> str:
+        """Look up the status of an order by its id."""
+        executed.append(order_id)
+        return f"order {order_id} is delivered"
+
+    upstream.script.push(
+        answer(None, call("get_order_state", {"order_id": "#W1"})),  # hallucinated
+        answer(None, call("get_order_status", {"order_id": "#W1"})),  # the re-ask
+        answer("Your order #W1 is delivered."),
+    )
+
+    async def run() -> Any:
+        agents.set_tracing_disabled(True)
+        client = AsyncOpenAI(
+            base_url=proxy.base_url,
+            api_key="unused",
+            max_retries=0,
+            default_headers={"x-session-id": "agents-responses"},
+        )
+        agent = agents.Agent(
+            name="support",
+            instructions="Use the tools.",
+            tools=[get_order_status],
+            model=agents.OpenAIResponsesModel(model="scripted-model", openai_client=client),
+        )
+        try:
+            return await agents.Runner.run(agent, "Where is #W1?", max_turns=4)
+        finally:
+            await client.close()
+
+    result = asyncio.run(run())
+    assert result.final_output == "Your order #W1 is delivered."
+    assert executed == ["#W1"]
+    assert [api.value for api in upstream.script.apis] == ["responses"] * 3
+    session = proxy.session("agents-responses")
+    assert session["channels"] == {"unknown_tool": 1}
+    assert (session["errors"], session["repairs"]) == (0, 1)
+    outputs = [
+        item
+        for item in upstream.script.requests[2]["input"]
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    ]
+    assert [o["output"] for o in outputs] == ["order #W1 is delivered"]
+
+
+MARKER = "toolsentry-codex-ran-this"
+
+
+def codex_upstream(body: dict[str, Any]) -> Any:
+    """The scripted Responses model Codex talks to through the proxy: it first calls a tool that
+    does not exist; told so (the proxy's re-ask), it calls `exec_command` with a harmless command;
+    given the command's output, it answers in text."""
+    outputs = [
+        item.get("output")
+        for item in body.get("input") or []
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    ]
+    texts = [o if isinstance(o, str) else json.dumps(o) for o in outputs]
+    if any(MARKER in text and "does not exist" not in text for text in texts):
+        return answer("The command printed the marker; done.")
+    if any("does not exist" in text for text in texts):
+        return answer(None, call("exec_command", {"cmd": f"echo {MARKER}"}))
+    return answer(None, call("run_shell_command", {"command": f"echo {MARKER}"}))
+
+
+def test_codex_cli_runs_the_repaired_command_through_the_proxy(
+    make_proxy: Callable[..., RunningProxy], tmp_path: Path
+) -> None:
+    codex = codex_bin()
+    script = ScriptedUpstream(handler=codex_upstream)
+    with LoopbackServer(script.app) as server:
+        proxy = make_proxy(upstreams=[{"name": "scripted", "base_url": f"{server.url}/v1"}])
+        home = tmp_path / "codex-home"
+        home.mkdir()
+        (home / "config.toml").write_text(
+            'model = "scripted-model"\n'
+            'model_provider = "toolsentry"\n'
+            "[model_providers.toolsentry]\n"
+            'name = "toolsentry"\n'
+            f'base_url = "{proxy.base_url}"\n'
+            'wire_api = "responses"\n'
+            'env_key = "TS_KEY"\n'
+        )
+        work = tmp_path / "work"
+        work.mkdir()
+        done = subprocess.run(
+            [
+                str(codex),
+                "exec",
+                "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "--cd",
+                str(work),
+                "Print the marker with a shell command.",
+            ],
+            env={**os.environ, "CODEX_HOME": str(home), "TS_KEY": "unused", "NO_COLOR": "1"},
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        turns = [
+            r
+            for r, api in zip(script.requests, script.apis, strict=True)
+            if api.value == "responses"
+        ]
+        # The command ran: its output came back to the model as the tool's result.
+        last = turns[-1]["input"]
+        results = [
+            i for i in last if isinstance(i, dict) and i.get("type") == "function_call_output"
+        ]
+        assert any(MARKER in json.dumps(r["output"]) for r in results)
+        calls = [i for i in last if isinstance(i, dict) and i.get("type") == "function_call"]
+        assert [c["name"] for c in calls] == ["exec_command"]  # Codex never saw the bad call
+        session_id = script.request_headers[0]["session-id"]
+        session = proxy.session(session_id)
+        assert session["channels"] == {"unknown_tool": 1}
+        assert (session["repairs"], session["errors"]) == (1, 0)
+        assert "upstream_error" not in session["channels"]

@@ -1,0 +1,145 @@
+"""The Responses adapter's translation, without a network: tools, tool_choice, input items, output
+items and re-asks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.errors import BadRequestError
+from proxy.guard.toolcheck import validate
+from proxy.protocols.responses import (
+    ITEMS,
+    ResponsesProtocol,
+    guard_message,
+    guard_tool_choice,
+    guard_tools,
+    output_items,
+)
+
+PROTOCOL = ResponsesProtocol()
+FUNCTION = {"type": "function", "name": "get", "parameters": {"type": "object"}}
+NAMESPACE = {"type": "namespace", "name": "crm", "tools": [{"type": "function", "name": "find"}]}
+
+
+def call_item(name: str, call_id: str, arguments: str = "{}", **extra: Any) -> dict[str, Any]:
+    return {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name,
+            "arguments": arguments, "status": "completed", **extra}  # fmt: skip
+
+
+def test_functions_inside_a_namespace_are_known_by_their_namespace_and_name() -> None:
+    index = PROTOCOL.compile_tools([FUNCTION, NAMESPACE, {"type": "web_search"}])
+    assert index.names == ("get", "crm.find")
+
+
+def test_built_in_tools_are_not_declared_names_and_their_calls_are_never_flagged() -> None:
+    tools = [{"type": "web_search"}, {"type": "mcp", "server_label": "x"}]
+    assert guard_tools(tools) == []
+    message = guard_message(
+        [{"type": "web_search_call", "id": "ws_1", "status": "completed"}], None
+    )
+    index = PROTOCOL.compile_tools([FUNCTION, *tools])
+    assert validate(message, None, "required", index=index) == []
+
+
+def test_a_namespaced_call_is_checked_under_its_namespace() -> None:
+    index = PROTOCOL.compile_tools([FUNCTION, NAMESPACE])
+    good = guard_message([call_item("find", "c1", namespace="crm")], None)
+    flat = guard_message([call_item("find", "c2")], None)
+    assert validate(good, None, index=index) == []
+    assert [v.channel.value for v in validate(flat, None, index=index)] == ["unknown_tool"]
+
+
+@pytest.mark.parametrize(
+    ("choice", "guard"),
+    [
+        ("auto", "auto"),
+        ("required", "required"),
+        ({"type": "function", "name": "get"}, {"type": "function", "function": {"name": "get"}}),
+        ({"type": "web_search"}, "auto"),
+        (
+            {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "get"}]},
+            {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "get"}}]}},
+        ),
+    ],
+)  # fmt: skip
+def test_tool_choice_is_read_in_the_guards_form(choice: object, guard: object) -> None:
+    assert guard_tool_choice(choice) == guard
+
+
+def test_a_function_call_output_is_a_tool_result_and_a_string_input_is_a_user_message() -> None:
+    body = {
+        "model": "m",
+        "input": [
+            {"type": "function_call_output", "call_id": "c1", "output": "Error: no such order"},
+            {"type": "function_call_output", "call_id": "c2",
+             "output": [{"type": "input_text", "text": "fine"}]},
+        ],
+    }  # fmt: skip
+    view = PROTOCOL.view(body, None)
+    assert [(r.call_id, r.text) for r in view.tool_results] == [
+        ("c1", "Error: no such order"),
+        ("c2", "fine"),
+    ]
+    plain = PROTOCOL.view({"model": "m", "input": "hello", "instructions": "be brief"}, None)
+    assert plain.hints.fingerprint == ("m", "be brief", "hello")
+
+
+@pytest.mark.parametrize("body", [{}, {"input": 3}, {"input": "x", "tools": {}}])
+def test_a_body_the_protocol_cannot_serve_is_a_bad_request(body: dict[str, Any]) -> None:
+    with pytest.raises(BadRequestError):
+        PROTOCOL.view(body, None)
+
+
+def test_a_reask_continues_the_input_with_the_calls_and_one_output_per_call() -> None:
+    index = PROTOCOL.compile_tools([FUNCTION])
+    output = [
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        call_item("nope", "c1"),
+        call_item("get", "c2"),
+    ]
+    message = guard_message(output, "resp_1")
+    body = {"model": "m", "input": "do it", "stream": True, "store": False}
+    reask = PROTOCOL.reask(body, message, validate(message, None, index=index), index)
+    assert "stream" not in reask
+    assert reask["store"] is False
+    kinds = [(i["type"], i.get("call_id")) for i in reask["input"]]
+    assert kinds == [
+        ("message", None),
+        ("reasoning", None),
+        ("function_call", "c1"),
+        ("function_call", "c2"),
+        ("function_call_output", "c1"),
+        ("function_call_output", "c2"),
+    ]
+    assert reask["input"][4]["output"].startswith("Error: tool 'nope' does not exist.")
+    assert "status" not in reask["input"][2]
+
+
+def test_a_message_written_back_keeps_its_items_without_the_stripped_calls() -> None:
+    output = [
+        {"type": "message", "id": "m1", "content": []},
+        call_item("a", "c1"),
+        call_item("b", "c2"),
+    ]
+    message = guard_message(output, None)
+    message["tool_calls"] = message["tool_calls"][1:]  # as on_unrepaired: strip leaves it
+    message["tool_calls"][0]["function"]["arguments"] = '{"fixed": true}'  # as a local fix
+    assert [i.get("call_id") for i in output_items(message)] == [None, "c2"]
+    assert output_items(message)[1]["arguments"] == '{"fixed": true}'
+    assert message[ITEMS] is output
+
+
+def test_the_finish_is_length_when_the_response_stopped_at_max_output_tokens() -> None:
+    body = {
+        "id": "resp_1",
+        "status": "incomplete",
+        "incomplete_details": {"reason": "max_output_tokens"},
+        "output": [call_item("get", "c1", arguments='{"a": ')],
+    }
+    (choice,) = PROTOCOL.read(body, "u").choices
+    assert choice.finish_reason == "length"
+    index = PROTOCOL.compile_tools([FUNCTION])
+    found = validate(choice.message, None, finish_reason=choice.finish_reason, index=index)
+    assert [v.channel.value for v in found] == ["truncated"]
