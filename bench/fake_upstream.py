@@ -3,7 +3,8 @@
 Every POST gets the same chat completion with one valid tool call (`get_order_details`), or, when
 the body asks for `"stream": true`, the same answer as server-sent events: a first content delta
 that carries `FIRST_TOKEN`, a pause of `--pause-ms`, then the rest (more content, the tool call's
-deltas, the finish chunk, `[DONE]`). The pause makes a proxy that buffered the stream visible in
+deltas, the finish chunk, `[DONE]`). A POST to `/v1/responses` gets the same answer as a Responses
+`response` (text, then the `function_call` item), or its events in vLLM's order. The pause makes a proxy that buffered the stream visible in
 the time to first token. Any GET answers a model list. No framework, no parsing beyond HTTP
 framing: whatever time a request takes through a proxy is the proxy's, not this server's.
 
@@ -79,6 +80,84 @@ def stream_events() -> tuple[bytes, bytes]:
     return first, rest
 
 
+_RESPONSE_BASE: dict[str, Any] = {
+    "id": "resp_bench0000000000",
+    "object": "response",
+    "created_at": 1_700_000_000,
+    "model": MODEL,
+}
+_TEXT_ITEM: dict[str, Any] = {
+    "type": "message",
+    "id": "msg_bench0001",
+    "role": "assistant",
+    "status": "completed",
+    "content": [{"type": "output_text", "text": FIRST_TOKEN + " your order.", "annotations": []}],
+}
+_CALL_ITEM: dict[str, Any] = {
+    "type": "function_call",
+    "id": "fc_bench0001",
+    "call_id": "call_bench0001",
+    "name": "get_order_details",
+    "arguments": ARGUMENTS,
+    "status": "completed",
+}
+_RESPONSE_USAGE = {
+    "input_tokens": 812,
+    "input_tokens_details": {"cached_tokens": 0},
+    "output_tokens": 21,
+    "output_tokens_details": {"reasoning_tokens": 0},
+    "total_tokens": 833,
+}
+
+
+def response() -> dict[str, Any]:
+    """The canned Responses `response`: the same answer, text then one valid call."""
+    return {
+        **_RESPONSE_BASE,
+        "status": "completed",
+        "incomplete_details": None,
+        "output": [_TEXT_ITEM, _CALL_ITEM],
+        "usage": _RESPONSE_USAGE,
+        "tool_choice": "auto",
+        "tools": [],
+        "parallel_tool_calls": True,
+    }
+
+
+def response_events() -> tuple[bytes, bytes]:
+    """The canned Responses stream as (events up to the first token, everything after the pause)."""
+    events: list[dict[str, Any]] = []
+
+    def add(kind: str, **fields: Any) -> None:
+        events.append({"type": kind, "sequence_number": len(events), **fields})
+
+    started = {**response(), "status": "in_progress", "output": [], "usage": None}
+    add("response.created", response=started)
+    add("response.in_progress", response=started)
+    opened = {**_TEXT_ITEM, "status": "in_progress", "content": []}
+    add("response.output_item.added", output_index=0, item=opened)
+    where = {"item_id": _TEXT_ITEM["id"], "output_index": 0, "content_index": 0}
+    part = {"type": "output_text", "text": "", "annotations": []}
+    add("response.content_part.added", **where, part=part)
+    add("response.output_text.delta", **where, delta=FIRST_TOKEN, logprobs=[])
+    first = len(events)
+    add("response.output_text.delta", **where, delta=" your order.", logprobs=[])
+    add("response.output_text.done", **where, text=FIRST_TOKEN + " your order.", logprobs=[])
+    add("response.content_part.done", **where, part=_TEXT_ITEM["content"][0])
+    add("response.output_item.done", output_index=0, item=_TEXT_ITEM)
+    call = {**_CALL_ITEM, "status": "in_progress", "arguments": ""}
+    add("response.output_item.added", output_index=1, item=call)
+    at = {"item_id": _CALL_ITEM["id"], "output_index": 1}
+    add("response.function_call_arguments.delta", **at, delta=ARGUMENTS)
+    add("response.function_call_arguments.done", **at, arguments=ARGUMENTS)
+    add("response.output_item.done", output_index=1, item=_CALL_ITEM)
+    add("response.completed", response=response())
+    encoded = [
+        b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n" for e in events
+    ]
+    return b"".join(encoded[:first]), b"".join(encoded[first:])
+
+
 def _plain(status: bytes, content_type: bytes, body: bytes) -> bytes:
     return (
         b"HTTP/1.1 "
@@ -110,6 +189,13 @@ STREAM_HEAD = (
     b"transfer-encoding: chunked\r\n\r\n" + _chunked(_FIRST)
 )
 STREAM_TAIL = _chunked(_REST) + b"0\r\n\r\n"
+RESPONSE = _plain(b"200 OK", b"application/json", orjson.dumps(response()))
+_R_FIRST, _R_REST = response_events()
+RESPONSE_STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+    b"transfer-encoding: chunked\r\n\r\n" + _chunked(_R_FIRST)
+)
+RESPONSE_STREAM_TAIL = _chunked(_R_REST) + b"0\r\n\r\n"
 
 
 class _Connection(asyncio.Protocol):
@@ -117,6 +203,7 @@ class _Connection(asyncio.Protocol):
         self._pause = pause
         self._parser = httptools.HttpRequestParser(self)
         self._body: list[bytes] = []
+        self._responses = False
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -136,6 +223,9 @@ class _Connection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self._body.clear()
 
+    def on_url(self, url: bytes) -> None:
+        self._responses = url.startswith(b"/v1/responses")
+
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
 
@@ -147,14 +237,15 @@ class _Connection(asyncio.Protocol):
             return
         body = b"".join(self._body)
         if b'"stream":true' in body or b'"stream": true' in body:
-            transport.write(STREAM_HEAD)
-            asyncio.get_running_loop().call_later(self._pause, self._finish_stream)
+            transport.write(RESPONSE_STREAM_HEAD if self._responses else STREAM_HEAD)
+            tail = RESPONSE_STREAM_TAIL if self._responses else STREAM_TAIL
+            asyncio.get_running_loop().call_later(self._pause, self._finish_stream, tail)
             return
-        transport.write(COMPLETION)
+        transport.write(RESPONSE if self._responses else COMPLETION)
 
-    def _finish_stream(self) -> None:
+    def _finish_stream(self, tail: bytes) -> None:
         if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(STREAM_TAIL)
+            self._transport.write(tail)
 
 
 async def serve(host: str, port: int, pause: float) -> None:

@@ -81,8 +81,15 @@ GOAL_ADDED_TTFT_MS = 1.0
 console = Console(width=None if sys.stdout.isatty() else 150)
 
 
-def request_body(stream: bool = False) -> bytes:
-    """One turn of a retail conversation: system, user, a tool round trip, and a follow-up."""
+ROUTES = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
+"""The route each wire protocol is measured on (`--api`)."""
+
+
+def request_body(stream: bool = False, api: str = "chat") -> bytes:
+    """One turn of a retail conversation: system, user, a tool round trip, and a follow-up; on
+    the Responses API the same turn as instructions and input items, with the tools flat."""
+    if api == "responses":
+        return responses_body(stream)
     body: dict[str, Any] = {
         "model": MODEL,
         "messages": [
@@ -106,6 +113,48 @@ def request_body(stream: bool = False) -> bytes:
             {"role": "user", "content": "Yes, that is me. What is the status of the order?"},
         ],
         "tools": TOOLS,
+        "tool_choice": "auto",
+        "temperature": 0.0,
+    }
+    if stream:
+        body["stream"] = True
+    return orjson.dumps(body)
+
+
+def responses_body(stream: bool) -> bytes:
+    """`request_body`'s turn as a Responses request."""
+    chat = orjson.loads(request_body())
+    system, *turns = chat["messages"]
+    items: list[dict[str, Any]] = []
+    for message in turns:
+        if message["role"] == "tool":
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message["tool_call_id"],
+                    "output": message["content"],
+                }
+            )
+            continue
+        if message.get("content"):
+            items.append(
+                {"type": "message", "role": message["role"], "content": message["content"]}
+            )
+        for call in message.get("tool_calls") or []:
+            function = call["function"]
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call["id"],
+                    "name": function["name"],
+                    "arguments": function["arguments"],
+                }
+            )
+    body: dict[str, Any] = {
+        "model": chat["model"],
+        "instructions": system["content"],
+        "input": items,
+        "tools": [{"type": "function", **tool["function"]} for tool in chat["tools"]],
         "tool_choice": "auto",
         "temperature": 0.0,
     }
@@ -421,10 +470,10 @@ def per_round(
 
 
 def spread(values: list[float], render: Any) -> str:
-    """`median [min–max]` of the rounds' values."""
+    """`median (min–max)` of the rounds' values."""
     if not values:
         return "–"
-    return f"{render(statistics.median(values))} [{render(min(values))}–{render(max(values))}]"
+    return f"{render(statistics.median(values))} ({render(min(values))}–{render(max(values))})"
 
 
 SPREAD_COLUMNS = [
@@ -465,8 +514,10 @@ def servers(
     placement: Placement,
     upstream_port: int,
     checkouts: dict[str, Path] | None = None,
+    api: str = "chat",
 ) -> Iterator[tuple[dict[str, Server], dict[str, str]]]:
     """Start the upstream and every wanted proxy; yield the running ones and skip notes."""
+    route = ROUTES[api]
     python = sys.executable
     checkouts = checkouts or {}
     upstream_base = f"http://127.0.0.1:{upstream_port}/v1"
@@ -481,15 +532,15 @@ def servers(
                 [python, "-m", "bench.fake_upstream", "--port", str(upstream_port)],
             ),
             upstream_port,
-            "/v1/chat/completions",
+            route,
             workdir,
         )
         started.append(upstream)
-        why = wait_ready(upstream, request_body(), 20)
+        why = wait_ready(upstream, request_body(api=api), 20)
         if why:
             raise RuntimeError(f"the fake upstream did not start: {why}")
         running["direct"] = Server(
-            "direct", upstream_port, "/v1/chat/completions", upstream.process, upstream.log, False
+            "direct", upstream_port, route, upstream.process, upstream.log, False
         )
         commands: dict[str, tuple[list[str], dict[str, str]]] = {}
         port = {name: free_port() for name in [*wanted, BASELINE]}
@@ -556,14 +607,14 @@ def servers(
                 name,
                 pinned(placement.proxy, argv),
                 port[name],
-                "/v1/chat/completions",
+                route,
                 workdir,
                 env,
                 cwd,
             )
             started.append(server)
         for server in started[1:]:
-            why = wait_ready(server, request_body(), 120 if server.name == "litellm" else 30)
+            why = wait_ready(server, request_body(api=api), 120 if server.name == "litellm" else 30)
             if why:
                 notes[server.name] = f"skipped: did not start ({why})"
                 server.stop()
@@ -590,15 +641,16 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Outcome], dict[str, Any
     with tempfile.TemporaryDirectory(prefix="toolsentry-bench-") as tmp:
         workdir = Path(tmp)
         body_file = workdir / "body.json"
-        body_file.write_bytes(request_body())
+        body_file.write_bytes(request_body(api=args.api))
         stream_file = workdir / "stream.json"
-        stream_file.write_bytes(request_body(stream=True))
+        stream_file.write_bytes(request_body(stream=True, api=args.api))
         with servers(
             [w for w in wanted if w != "direct"],
             workdir,
             placement,
             free_port(),
             {"toolsentry": args.toolsentry_dir, BASELINE: args.baseline or ROOT},
+            args.api,
         ) as (
             running,
             notes,
@@ -847,7 +899,7 @@ def show(outcomes: dict[str, Outcome], info: dict[str, Any]) -> None:
     ratios, goals = headline(outcomes)
     spreads = spread_rows(outcomes)
     if spreads:
-        title = "Per round: median [min–max] over rounds"
+        title = "Per round: median (min–max) over rounds"
         console.print(rich_table(title, SPREAD_COLUMNS, spreads, text_columns={"target"}))
     if ratios:
         console.print(rich_table("Headline ratios", RATIO_COLUMNS, ratios))
@@ -913,13 +965,15 @@ def results_header() -> str:
     )
 
 
-def section(outcomes: dict[str, Outcome], info: dict[str, Any], argv: list[str]) -> str:
+def section(
+    outcomes: dict[str, Outcome], info: dict[str, Any], argv: list[str], api: str = "chat"
+) -> str:
     ratios, goals = headline(outcomes)
     notes = [f"- {name}: {note}" for name, note in info["notes"].items()]
     notes += [f"- {o.name}: {o.ttft_note}" for o in outcomes.values() if o.ttft_note]
     parts = [
-        SECTION_BEGIN,
-        "## Proxy overhead (bench/overhead.py)",
+        markers(api)[0],
+        "## Proxy overhead (bench/overhead.py)" + ("" if api == "chat" else f", {ROUTES[api]}"),
         "",
         f"{dt.datetime.now().strftime('%Y-%m-%d %H:%M')}, {machine()}; wrk {wrk_version()}.",
         f"Command: `{' '.join(['python -m bench.overhead', *argv])}`; load average at start {info['load']}",
@@ -934,7 +988,7 @@ def section(outcomes: dict[str, Outcome], info: dict[str, Any], argv: list[str])
     spreads = spread_rows(outcomes)
     if spreads:
         parts += [
-            "Per round, median [min–max] over rounds (each round against its own direct and",
+            "Per round, median (min–max) over rounds (each round against its own direct and",
             "aiohttp pass-through):",
             "",
             markdown_table(SPREAD_COLUMNS, spreads),
@@ -949,7 +1003,7 @@ def section(outcomes: dict[str, Outcome], info: dict[str, Any], argv: list[str])
         parts += [markdown_table(["goal", "measured", "target", ""], goals), ""]
     if notes:
         parts += [*notes, ""]
-    parts.append(SECTION_END)
+    parts.append(markers(api)[1])
     return "\n".join(parts)
 
 
@@ -959,11 +1013,21 @@ def wrk_version() -> str:
     return first[0].split(" [")[0].removeprefix("wrk ") if first else "?"
 
 
-def write_results(path: Path, text: str) -> None:
+def markers(api: str) -> tuple[str, str]:
+    """The markers of `api`'s section of bench/RESULTS.md (chat keeps the original ones)."""
+    if api == "chat":
+        return SECTION_BEGIN, SECTION_END
+    return SECTION_BEGIN.replace(":begin", f":{api}:begin"), SECTION_END.replace(
+        ":end", f":{api}:end"
+    )
+
+
+def write_results(path: Path, text: str, api: str = "chat") -> None:
     current = path.read_text() if path.exists() else results_header()
-    if SECTION_BEGIN in current and SECTION_END in current:
-        before, rest = current.split(SECTION_BEGIN, 1)
-        after = rest.split(SECTION_END, 1)[1]
+    begin, end = markers(api)
+    if begin in current and end in current:
+        before, rest = current.split(begin, 1)
+        after = rest.split(end, 1)[1]
         current = before + text + after
     else:
         current = current.rstrip("\n") + "\n\n" + text + "\n"
@@ -999,6 +1063,12 @@ def main(argv: list[str] | None = None) -> int:
         default=ROOT,
         help="the checkout whose toolsentry is measured as 'toolsentry' [this one]",
     )
+    parser.add_argument(
+        "--api",
+        choices=sorted(ROUTES),
+        default="chat",
+        help="the wire protocol measured: chat completions or the Responses API [chat]",
+    )
     parser.add_argument("--no-write", action="store_true", help=f"do not update {RESULTS.name}")
     args = parser.parse_args(argv)
     unknown = set(args.only or ()) - set(TARGETS)
@@ -1018,7 +1088,8 @@ def main(argv: list[str] | None = None) -> int:
     show(outcomes, info)
     console.print(f"[dim]{time.monotonic() - started:.0f} s[/]")
     if not args.no_write:
-        write_results(RESULTS, section(outcomes, info, sys.argv[1:] if argv is None else argv))
+        given = sys.argv[1:] if argv is None else argv
+        write_results(RESULTS, section(outcomes, info, given, args.api), args.api)
         console.print(f"wrote {RESULTS.relative_to(ROOT)}")
     return 0
 

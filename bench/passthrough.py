@@ -25,15 +25,16 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 _SSE = "text/event-stream"
+ROUTES = ("/v1/chat/completions", "/v1/responses")  # each forwarded to the same upstream path
 
 
 def aiohttp_app(upstream: str, connections: int) -> Starlette:
     """The pass-through over one aiohttp ClientSession."""
-    url = f"{upstream}/chat/completions"
     state: dict[str, aiohttp.ClientSession] = {}
 
     async def chat(request: Request) -> Response:
         body = await request.body()
+        url = upstream + request.url.path.removeprefix("/v1")
         resp = await state["session"].post(
             url, data=body, headers={"content-type": "application/json"}
         )
@@ -60,17 +61,17 @@ def aiohttp_app(upstream: str, connections: int) -> Starlette:
             yield
 
     return Starlette(
-        routes=[Route("/v1/chat/completions", chat, methods=["POST"])], lifespan=lifespan
+        routes=[Route(path, chat, methods=["POST"]) for path in ROUTES], lifespan=lifespan
     )
 
 
 def httpx_app(upstream: str, connections: int) -> Starlette:
     """The pass-through over one httpx.AsyncClient."""
-    url = f"{upstream}/chat/completions"
     state: dict[str, httpx.AsyncClient] = {}
 
     async def chat(request: Request) -> Response:
         body = await request.body()
+        url = upstream + request.url.path.removeprefix("/v1")
         client = state["client"]
         sent = client.build_request(
             "POST", url, content=body, headers={"content-type": "application/json"}
@@ -99,7 +100,7 @@ def httpx_app(upstream: str, connections: int) -> Starlette:
             yield
 
     return Starlette(
-        routes=[Route("/v1/chat/completions", chat, methods=["POST"])], lifespan=lifespan
+        routes=[Route(path, chat, methods=["POST"]) for path in ROUTES], lifespan=lifespan
     )
 
 

@@ -10,6 +10,7 @@ next request. Prints one JSON line with percentiles in microseconds.
 from __future__ import annotations
 
 import argparse
+import re
 import socket
 import statistics
 import sys
@@ -21,6 +22,7 @@ import orjson
 from bench.fake_upstream import FIRST_TOKEN
 
 _MARK = FIRST_TOKEN.encode()
+_END = re.compile(rb"\[DONE\]|response\.completed")
 
 
 class StreamError(Exception):
@@ -65,7 +67,8 @@ def one(sock: socket.socket, request: bytes) -> tuple[float, bool]:
     while True:
         if first is None and _MARK in body:
             first = time.perf_counter() - start
-        if chunked and body.endswith(b"0\r\n\r\n") and b"[DONE]" in body:
+        # A chat stream ends with `[DONE]`, a Responses stream with its `response.completed`.
+        if chunked and body.endswith(b"0\r\n\r\n") and _END.search(body):
             break
         if length is not None and len(body) >= length:
             break
