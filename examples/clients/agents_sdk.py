@@ -1,9 +1,10 @@
 """The OpenAI Agents SDK pointed at toolsentry (pip install openai-agents).
 
-    python examples/clients/agents_sdk.py http://127.0.0.1:8000/v1 qwen2.5-7b-awq
+    python examples/clients/agents_sdk.py http://127.0.0.1:8000/v1 qwen2.5-7b-awq [responses]
 
-vLLM speaks Chat Completions, so the agent uses `OpenAIChatCompletionsModel` over an `AsyncOpenAI`
-client whose `base_url` is the proxy. Tracing is off: it would send traces to OpenAI.
+The agent uses `OpenAIChatCompletionsModel` over an `AsyncOpenAI` client whose `base_url` is the
+proxy, or with `api="responses"` the SDK's default `OpenAIResponsesModel` (vLLM and the proxy serve
+`/v1/responses` too). Tracing is off: it would send traces to OpenAI.
 """
 
 from __future__ import annotations
@@ -11,7 +12,15 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+from agents import (
+    Agent,
+    Model,
+    OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
 from openai import AsyncOpenAI
 
 ORDERS = {"#W0000001": "delivered", "#W0000002": "pending"}
@@ -32,17 +41,23 @@ async def run_async(
     session: str = "example-agents-sdk",
     question: str = "Where is my order #W0000001?",
     max_turns: int = 4,
+    api: str = "chat",
 ) -> str:
-    """Run the agent on `question` and return its final answer."""
+    """Run the agent on `question` and return its final answer (`api`: chat or responses)."""
     set_tracing_disabled(True)
     client = AsyncOpenAI(
         base_url=base_url, api_key="unused", default_headers={"x-session-id": session}
+    )
+    chosen: Model = (
+        OpenAIResponsesModel(model=model, openai_client=client)
+        if api == "responses"
+        else OpenAIChatCompletionsModel(model=model, openai_client=client)
     )
     agent = Agent(
         name="retail support",
         instructions="You are a retail support agent. Use the tools.",
         tools=[get_order_status],
-        model=OpenAIChatCompletionsModel(model=model, openai_client=client),
+        model=chosen,
     )
     result = await Runner.run(agent, question, max_turns=max_turns)
     return str(result.final_output)
@@ -54,10 +69,11 @@ def run(
     session: str = "example-agents-sdk",
     question: str = "Where is my order #W0000001?",
     max_turns: int = 4,
+    api: str = "chat",
 ) -> str:
     """Run the agent on `question` and return its final answer (synchronous `run_async`)."""
-    return asyncio.run(run_async(base_url, model, session, question, max_turns))
+    return asyncio.run(run_async(base_url, model, session, question, max_turns, api))
 
 
 if __name__ == "__main__":
-    print(run(sys.argv[1], *sys.argv[2:3]))
+    print(run(sys.argv[1], *sys.argv[2:3], api=sys.argv[3] if len(sys.argv) > 3 else "chat"))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import subprocess
@@ -70,6 +71,26 @@ def test_an_agents_sdk_run_executes_the_tool_once_with_the_right_arguments(
         if isinstance(item, dict) and item.get("type") == "function_call_output"
     ]
     assert [o["output"] for o in outputs] == ["order #W1 is delivered"]
+
+
+def test_the_agents_sdk_example_runs_on_the_responses_api_through_the_proxy(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    pytest.importorskip("agents", reason="pip install openai-agents (a dev dependency)")
+    path = Path(__file__).parents[3] / "examples" / "clients" / "agents_sdk.py"
+    spec = importlib.util.spec_from_file_location("example_agents_sdk", path)
+    assert spec is not None
+    assert spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    upstream.script.push(
+        answer(None, call("get_order_status", {"order_id": "#W0000001"})),
+        answer("Here is what I found: order #W0000001 is delivered"),
+    )
+    final = example.run(proxy.base_url, model="scripted-model", session="ex-resp", api="responses")
+    assert final == "Here is what I found: order #W0000001 is delivered"
+    assert [api.value for api in upstream.script.apis] == ["responses", "responses"]
+    assert proxy.session("ex-resp")["requests"] == 2
 
 
 MARKER = "toolsentry-codex-ran-this"
