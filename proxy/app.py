@@ -27,6 +27,7 @@ from proxy.logs import get_logger
 from proxy.metrics import Metrics, UnknownToolStats
 from proxy.pipeline.turn import Pipeline
 from proxy.protocols.chat import ChatProtocol
+from proxy.protocols.messages import MessagesProtocol
 from proxy.protocols.responses import ResponsesProtocol
 from proxy.session import open_store
 from proxy.session.stores import SessionStore
@@ -35,6 +36,7 @@ from proxy.upstream import AiohttpUpstream, Router, Upstream
 _GC_YOUNG_THRESHOLD = 50_000
 CHAT_ROUTE = "/v1/chat/completions"
 RESPONSES_ROUTE = "/v1/responses"
+MESSAGES_ROUTE = "/v1/messages"
 _CHAT_BODY_SCHEMA = {
     "requestBody": {
         "required": True,
@@ -78,6 +80,36 @@ _RESPONSES_BODY_SCHEMA = {
                         "tools": {"type": "array", "items": {"type": "object"}},
                         "tool_choice": {},
                         "previous_response_id": {"type": "string"},
+                        "stream": {"type": "boolean"},
+                    },
+                    "additionalProperties": True,
+                }
+            }
+        },
+    }
+}
+
+
+_MESSAGES_BODY_SCHEMA = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            JSON: {
+                "schema": {
+                    "type": "object",
+                    "required": ["messages"],
+                    "properties": {
+                        "model": {"type": "string"},
+                        "max_tokens": {"type": "integer"},
+                        "messages": {"type": "array", "items": {"type": "object"}},
+                        "system": {
+                            "anyOf": [
+                                {"type": "string"},
+                                {"type": "array", "items": {"type": "object"}},
+                            ]
+                        },
+                        "tools": {"type": "array", "items": {"type": "object"}},
+                        "tool_choice": {"type": "object"},
                         "stream": {"type": "boolean"},
                     },
                     "additionalProperties": True,
@@ -212,7 +244,8 @@ def create_app(
 
     chat = TurnRoute(pipeline, ChatProtocol(pipeline.limits), keys)
     responses = TurnRoute(pipeline, ResponsesProtocol(pipeline.limits), keys)
-    app.turn_routes = {CHAT_ROUTE: chat, RESPONSES_ROUTE: responses}
+    messages = TurnRoute(pipeline, MessagesProtocol(pipeline.limits), keys)
+    app.turn_routes = {CHAT_ROUTE: chat, RESPONSES_ROUTE: responses, MESSAGES_ROUTE: messages}
 
     @app.post(CHAT_ROUTE, openapi_extra=_CHAT_BODY_SCHEMA)
     async def chat_completions() -> Response:
@@ -221,6 +254,10 @@ def create_app(
     @app.post(RESPONSES_ROUTE, openapi_extra=_RESPONSES_BODY_SCHEMA)
     async def create_response() -> Response:
         return Delegate(responses)
+
+    @app.post(MESSAGES_ROUTE, openapi_extra=_MESSAGES_BODY_SCHEMA)
+    async def create_message() -> Response:
+        return Delegate(messages)
 
     add_routes(
         app,

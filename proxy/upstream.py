@@ -109,6 +109,9 @@ class Upstream(Protocol):
 
 USER_AGENT = f"toolsentry/{__version__}"
 
+# A client's own credentials never go upstream: the upstream's key comes from configuration.
+_CLIENT_KEYS = frozenset({"authorization", "x-api-key"})
+
 # The proxy's own per-request controls (x-toolsentry-max-errors, x-toolsentry-repair).
 _PROXY_HEADERS = "x-toolsentry-"
 
@@ -118,8 +121,8 @@ def forwardable_headers(
 ) -> dict[str, str]:
     """Headers that may cross the proxy, in either direction, names lower-cased.
 
-    Drops hop-by-hop ones (also those the `connection` header names), `authorization` (the
-    upstream's key comes only from configuration), the proxy's own `x-toolsentry-*` controls,
+    Drops hop-by-hop ones (also those the `connection` header names), `authorization` and
+    `x-api-key` (the upstream's key comes only from configuration), the proxy's own `x-toolsentry-*` controls,
     and `also_drop`. One pass over `headers`.
     """
     out: dict[str, str] = {}
@@ -130,7 +133,7 @@ def forwardable_headers(
             connection = value
         if (
             key in _HOP_HEADERS
-            or key == "authorization"
+            or key in _CLIENT_KEYS
             or key in also_drop
             or key.startswith(_PROXY_HEADERS)
         ):

@@ -17,7 +17,8 @@ class Keys:
         self._admin = settings.admin_key.get_secret_value().encode() if settings.admin_key else None
 
     def require_client(self, headers: Mapping[str, str]) -> None:
-        """Raise AuthenticationError unless a client key is the bearer token (when keys exist)."""
+        """Raise AuthenticationError unless a client key is the bearer token or the `x-api-key`
+        (when keys exist)."""
         if not self._clients:
             return
         given = _bearer(headers)
@@ -45,7 +46,10 @@ class Keys:
 
 
 def _bearer(headers: Mapping[str, str]) -> bytes | None:
+    """The key a client presents: its bearer token, else its `x-api-key` (Anthropic's SDKs and
+    Claude Code send the key there)."""
     value = headers.get("authorization", "")
     if value[:7].lower() == "bearer ":
         return value[7:].strip().encode()
-    return None
+    api_key = headers.get("x-api-key")
+    return api_key.strip().encode() if api_key else None

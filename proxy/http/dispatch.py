@@ -47,7 +47,8 @@ class TurnRoute:
         request_id = headers.get("x-request-id") or os.urandom(16).hex()
         tokens = structlog.contextvars.bind_contextvars(request_id=request_id)
         try:
-            exchange = Exchange(self.protocol.api, time.perf_counter())
+            query = scope.get("query_string", b"").decode("latin-1")
+            exchange = Exchange(self.protocol.api, time.perf_counter(), query=query)
             try:
                 response = await self._answer(headers, receive, exchange)
             except ClientDisconnect:

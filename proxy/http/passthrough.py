@@ -52,6 +52,8 @@ class Passthrough:
             if isinstance(parsed, dict) and "model" in parsed:
                 upstream = self.router.pick(parsed["model"])
         target = path[3:] if path.startswith("v1/") else f"/{path}"
+        if request.url.query:
+            target = f"{target}?{request.url.query}"
         resources = AsyncExitStack()
         async with resources:
             opened = await resources.enter_async_context(

@@ -100,7 +100,7 @@ async def open_stream(turn: Turn, *, raw: bytes | None = None) -> TurnStream:
         try:
             upstream = await resources.enter_async_context(
                 turn.upstream.stream(
-                    protocol.path,
+                    turn.path,
                     body=raw if raw is not None else orjson.dumps(turn.body),
                     headers=turn.forward,
                 )

@@ -52,11 +52,13 @@ _MAX_MODEL_LABELS = 64
 class Exchange:
     """One HTTP request to a turn route, as the dispatch sees it. Its log line and its count are
     written once: by its turn's `close` when a turn began (`turn`), else by `Pipeline.refused`.
-    `model`: the body's `model` once the body is parsed."""
+    `model`: the body's `model` once the body is parsed; `query`: the request's query string as
+    sent (Claude Code's `?beta=true`), forwarded with the protocol's upstream requests."""
 
     api: str
     started: float
     model: object = None
+    query: str = ""
     turn: Turn | None = None
 
 
@@ -292,6 +294,12 @@ class Turn:
 
     # -- the upstream ---------------------------------------------------------------------------
 
+    @property
+    def path(self) -> str:
+        """The upstream path of this turn's requests: the protocol's, with the client's query."""
+        query = self.exchange.query
+        return f"{self.protocol.path}?{query}" if query else self.protocol.path
+
     async def send(
         self, body: dict[str, Any] | None, *, raw: bytes | None = None
     ) -> UpstreamResponse:
@@ -302,7 +310,7 @@ class Turn:
         try:
             response = await self.upstream.request(
                 "POST",
-                self.protocol.path,
+                self.path,
                 body=raw if raw is not None else orjson.dumps(body),
                 headers=self.forward,
             )

@@ -1,0 +1,567 @@
+"""The Anthropic Messages API (`POST /v1/messages`) as a wire protocol of the turn (issue 15).
+
+A Messages answer is read into the guard's message: its `text` blocks joined as `content`, each
+`tool_use` block a call (`input` written back as JSON text; an `input` that is not an object stays
+as it came, so the guard sees it malformed), `stop_reason` `max_tokens` → `length`, `tool_use` →
+`tool_calls`. Thinking and redacted-thinking blocks ride along in the message under
+`THINKING_KEY`, byte for byte, so a written-back answer and a re-ask's assistant turn keep them with
+their signatures. A re-ask continues the conversation with the assistant turn (thinking, text, the
+`tool_use` blocks as sent) and a user turn of `tool_result` blocks (`is_error: true`) carrying the
+corrective texts, plus a text block for what has no call. A stream passes `message_start`, `ping`s,
+thinking and text blocks through as they come, holds every `tool_use` block until `message_delta`,
+then sends the settled calls as blocks with consecutive client `index`es, the `message_delta` and,
+after the summary comment, `message_stop`. Errors are Anthropic's shape.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from proxy.answers import Answer, Call, Usage, sse_event
+from proxy.answers import messages as wire
+from proxy.errors import (
+    BadRequestError,
+    ToolsentryError,
+    UpstreamProtocolError,
+    UpstreamStatusError,
+    status_of,
+)
+from proxy.guard.channels import Violation
+from proxy.guard.repair import corrective_messages
+from proxy.guard.toolcheck import DEFAULT_LIMITS, GuardLimits, ToolIndex, compile_tools
+from proxy.protocols.base import Choice, Message, Reply, Settled, ToolResult, TurnView
+from proxy.session.budget import SessionHints, content_text
+from proxy.streaming import SSEEvent
+from proxy.usage import sum_usage
+
+THINKING_KEY: Final = "thinking_blocks"
+"""Where a read message keeps the answer's thinking blocks (the guard ignores it)."""
+
+_NOT_REASKED: Final = frozenset({"stream"})
+_STOP_REASONS: Final = {"max_tokens": "length", "tool_use": "tool_calls"}
+_FINISHES: Final = {"length": "max_tokens", "tool_calls": "tool_use"}
+_THINKING: Final = frozenset({"thinking", "redacted_thinking"})
+# Anthropic's names for the proxy's generic error types (its own, such as
+# error_budget_exhausted, are kept: they say what happened).
+_ERROR_TYPES: Final = {"internal_error": "api_error"}
+_STATUS_OF_TYPE: Final = {kind: status for status, kind in wire.ERROR_TYPES.items()}
+
+
+class MessagesProtocol:
+    """The Anthropic Messages adapter (see `proxy.protocols.base.WireProtocol`)."""
+
+    api = "messages"
+    path = "messages"
+
+    def __init__(self, limits: GuardLimits = DEFAULT_LIMITS) -> None:
+        self.limits = limits
+
+    def compile_tools(self, tools: list[Any]) -> ToolIndex:
+        return compile_tools(chat_tools(tools), limits=self.limits)
+
+    def view(self, body: dict[str, Any], index: ToolIndex | None) -> TurnView:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequestError("'messages' must be a non-empty array", param="messages")
+        tools = body.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            raise BadRequestError("'tools' must be an array", param="tools")
+        if index is None:
+            index = self.compile_tools(tools or [])
+        return TurnView(
+            body.get("model"),
+            index,
+            tool_choice(body.get("tool_choice")),
+            session_hints(body),
+            tool_results(messages),
+            bool(body.get("stream")),
+        )
+
+    def read(self, data: Any, upstream: str) -> Reply:
+        if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+            raise UpstreamProtocolError(
+                f"upstream '{upstream}' answered 200 with a body that is not a Messages message"
+            )
+        message = read_message(data["content"])
+        return Reply(data, [Choice(0, message, finish_of(data.get("stop_reason")))])
+
+    def write(
+        self, reply: Reply, settled: Sequence[Settled], usage: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        body = reply.body
+        for done in settled:
+            if done.changed:
+                body["content"] = content_blocks(done.message)
+                body["stop_reason"] = stop_reason_of(done.finish_reason, body.get("stop_reason"))
+        if usage is not None:
+            body["usage"] = dict(usage)
+        return body
+
+    def reask(
+        self,
+        body: dict[str, Any],
+        message: Message,
+        violations: Sequence[Violation],
+        index: ToolIndex,
+    ) -> dict[str, Any]:
+        request = {k: v for k, v in body.items() if k not in _NOT_REASKED}
+        request["messages"] = [*body["messages"], *reask_turns(message, violations, index)]
+        return request
+
+    def finish(self, body: dict[str, Any], text: str) -> dict[str, Any]:
+        return wire.body(closing_answer(body, text))
+
+    def finish_stream(self, answer: dict[str, Any], body: dict[str, Any]) -> tuple[bytes, bytes]:
+        text = "".join(b.get("text", "") for b in answer.get("content") or [])
+        *events, stop = wire.events(closing_answer(body, text, answer_id=answer["id"][4:]))
+        return b"".join(sse_event(e) for e in events), sse_event(stop)
+
+    def error(self, error: ToolsentryError) -> dict[str, Any]:
+        return error_body(error)
+
+    def assembly(self, body: dict[str, Any]) -> MessagesAssembly:
+        return MessagesAssembly()
+
+
+def error_body(error: ToolsentryError) -> dict[str, Any]:
+    """`error` in Anthropic's shape; an upstream's own Anthropic error body passes through."""
+    if isinstance(error, UpstreamStatusError):
+        upstream = error.upstream_body
+        if isinstance(upstream, dict) and upstream.get("type") == "error":
+            return upstream
+    status = status_of(error)
+    kind = _ERROR_TYPES.get(error.error_type, error.error_type)
+    if status == 413:
+        kind = wire.ERROR_TYPES[413]
+    return wire.error_body(error.message, status, kind)
+
+
+def closing_answer(body: Mapping[str, Any], text: str, *, answer_id: str | None = None) -> Answer:
+    """The `finish` policy's answer: `text`, as a normal end of turn, no tokens counted."""
+    model = body.get("model")
+    return Answer(
+        text=text,
+        usage=Usage(0, 0),
+        model=model if isinstance(model, str) else "",
+        id=answer_id or f"toolsentry_{uuid.uuid4().hex[:24]}",
+        created=int(time.time()),
+    )
+
+
+# -- the request ---------------------------------------------------------------------------------
+
+
+def chat_tools(tools: Sequence[Any]) -> list[Any]:
+    """Messages tools in the chat form the guard compiles. Server tools (a `type` such as
+    `web_search_20250305`, `bash_20250124`) are answered by the server, never called as
+    `tool_use`, and left out; a custom tool (`type` absent or `custom`) needs a `name`.
+
+    Raises BadRequestError(param="tools") for a tool that is not an object or has no name.
+    """
+    out: list[Any] = []
+    for position, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise BadRequestError(f"tools[{position}] must be an object", param="tools")
+        if tool.get("type") not in (None, "custom"):
+            continue
+        name = tool.get("name")
+        if not isinstance(name, str) or not name:
+            raise BadRequestError(f"tools[{position}] needs a 'name'", param="tools")
+        function: dict[str, Any] = {"name": name, "parameters": tool.get("input_schema") or {}}
+        if isinstance(tool.get("description"), str):
+            function["description"] = tool["description"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def tool_choice(choice: object) -> object:
+    """Messages' `tool_choice` in the guard's chat form: `auto`, `any` → `required`, `none`,
+    `{"type": "tool", "name": N}` → the named form. Anything else is left to the upstream."""
+    if not isinstance(choice, dict):
+        return None
+    kind = choice.get("type")
+    if kind == "any":
+        return "required"
+    if kind == "tool" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    if kind in ("auto", "none"):
+        return kind
+    return None
+
+
+def session_hints(body: Mapping[str, Any]) -> SessionHints:
+    """The session hints of a Messages body: the `session_id` inside `metadata.user_id` (Claude
+    Code writes a JSON string there), else that user id as the `user`; the fingerprint of the
+    model, the first system text and the first user text."""
+    metadata = body.get("metadata")
+    user_id = metadata.get("user_id") if isinstance(metadata, Mapping) else None
+    declared, user = None, user_id
+    if isinstance(user_id, str) and user_id.startswith("{"):
+        try:
+            inner = json.loads(user_id)
+        except ValueError:
+            inner = None
+        if isinstance(inner, dict) and inner.get("session_id"):
+            declared, user = inner["session_id"], None
+    messages = body.get("messages")
+    first_user = next(
+        (
+            _blocks_text(m.get("content"))
+            for m in messages or []
+            if isinstance(m, dict) and m.get("role") == "user"
+        ),
+        "",
+    )
+    model = body.get("model")
+    return SessionHints(
+        (model if isinstance(model, str) else "", _blocks_text(body.get("system")), first_user),
+        declared=declared,
+        declared_param="metadata.user_id",
+        user=user,
+    )
+
+
+def tool_results(messages: Sequence[Any]) -> list[ToolResult]:
+    """The `tool_result` blocks of the user turns, in order; `is_error: true` is a tool error."""
+    out = []
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+            continue
+        for block in message["content"]:
+            if not isinstance(block, dict) or block.get("type") != "tool_result":
+                continue
+            call_id = block.get("tool_use_id")
+            if isinstance(call_id, str) and call_id:
+                text = _blocks_text(block.get("content"))
+                out.append(ToolResult(call_id, text, block.get("is_error") is True))
+    return out
+
+
+def _blocks_text(content: object) -> str:
+    """The text of a string or of content blocks (their `text` parts)."""
+    if isinstance(content, list):
+        return content_text([b for b in content if isinstance(b, dict) and b.get("type") == "text"])
+    return content_text(content)
+
+
+# -- the answer ----------------------------------------------------------------------------------
+
+
+def read_message(blocks: Sequence[Any]) -> Message:
+    """A Messages answer's content blocks as the guard's message (thinking kept apart)."""
+    text, calls, thinking = [], [], []
+    for block in blocks:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            text.append(block["text"])
+        elif kind == "tool_use":
+            calls.append(
+                {
+                    "id": block.get("id"),
+                    "type": "function",
+                    "function": {
+                        "name": block.get("name"),
+                        "arguments": arguments_text(block.get("input")),
+                    },
+                }
+            )
+        elif kind in _THINKING:
+            thinking.append(block)
+    message: Message = {"role": "assistant", "content": "".join(text) or None}
+    if calls:
+        message["tool_calls"] = calls
+    if thinking:
+        message[THINKING_KEY] = thinking
+    return message
+
+
+def arguments_text(value: object) -> str:
+    """A `tool_use` input as the arguments text of a call: an object as JSON, a string (a server
+    that could not parse the model's arguments) as it is, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
+def call_input(arguments: object) -> object:
+    """A call's arguments text back as a `tool_use` input: the object it holds, else the text."""
+    if not isinstance(arguments, str):
+        return {}
+    try:
+        return orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return arguments
+
+
+def content_blocks(message: Message) -> list[dict[str, Any]]:
+    """The guard's message as content blocks: its thinking as it came, its text, its calls."""
+    blocks: list[dict[str, Any]] = list(message.get(THINKING_KEY) or [])
+    if message.get("content"):
+        blocks.append({"type": "text", "text": message["content"]})
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call.get("id"),
+                "name": function.get("name"),
+                "input": call_input(function.get("arguments")),
+            }
+        )
+    return blocks or [{"type": "text", "text": ""}]
+
+
+def finish_of(stop_reason: object) -> str:
+    """A `stop_reason` as the guard's finish."""
+    return _STOP_REASONS.get(str(stop_reason), "stop")
+
+
+def stop_reason_of(finish: str | None, upstream: object = None) -> str:
+    """The guard's finish as a `stop_reason`; a `stop` keeps the upstream's own reason
+    (`end_turn`, `stop_sequence`) unless that said the model stopped for a call."""
+    if finish in _FINISHES:
+        return _FINISHES[finish]
+    if isinstance(upstream, str) and upstream not in ("tool_use", "max_tokens"):
+        return upstream
+    return "end_turn"
+
+
+def reask_turns(
+    message: Message, violations: Sequence[Violation], index: ToolIndex
+) -> list[dict[str, Any]]:
+    """The model's answer and the corrective answers to it, as Messages turns: the assistant turn
+    (without an empty text block), then one user turn of `tool_result` blocks (`is_error: true`)
+    for the calls and a text block for what has no call."""
+    assistant, *answers = corrective_messages(message, violations, index)
+    turns: list[dict[str, Any]] = []
+    blocks = [
+        b for b in content_blocks({**message, **assistant}) if b != {"type": "text", "text": ""}
+    ]
+    for block in blocks:
+        if block["type"] == "tool_use" and not isinstance(block["input"], dict):
+            block[
+                "input"
+            ] = {}  # the server takes only an object; the tool_result says what was wrong
+    if blocks:
+        turns.append({"role": "assistant", "content": blocks})
+    user: list[dict[str, Any]] = []
+    for answer in answers:
+        if answer.get("role") == "tool":
+            user.append(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": answer.get("tool_call_id"),
+                    "content": content_text(answer.get("content")),
+                    "is_error": True,
+                }
+            )
+        else:
+            user.append({"type": "text", "text": content_text(answer.get("content"))})
+    if user:
+        turns.append({"role": "user", "content": user})
+    return turns
+
+
+# -- the stream ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _HeldCall:
+    id: object
+    name: object
+    arguments: str = ""
+
+
+@dataclass(slots=True)
+class _Thought:
+    block: dict[str, Any]
+    text: str = ""
+    signature: str | None = None
+
+    def whole(self) -> dict[str, Any]:
+        if self.block.get("type") != "thinking":
+            return self.block
+        return {**self.block, "thinking": self.text, "signature": self.signature or ""}
+
+
+@dataclass(slots=True)
+class MessagesAssembly:
+    """One Messages stream (see `proxy.protocols.base.StreamAssembly`)."""
+
+    done: bool = False
+    response_id: None = None  # Messages do not chain
+    _started: bool = False
+    _text: list[str] = field(default_factory=list)
+    _sent_text: str = ""
+    _held: dict[int, _HeldCall] = field(default_factory=dict)  # upstream index → call
+    _passed: dict[int, int] = field(default_factory=dict)  # upstream index → client index
+    _thoughts: dict[int, _Thought] = field(default_factory=dict)
+    _next_index: int = 0
+    _delta: dict[str, Any] | None = None  # the upstream's message_delta, held
+    _finished: bool = False
+    _taken: bool = False
+    _released: bool = False
+
+    def add(self, event: SSEEvent) -> list[bytes]:
+        data = event.payload
+        if data is None:  # `[DONE]`: vLLM sends none here, some servers end with it anyway
+            if not self._finished:
+                raise UpstreamProtocolError("upstream sent [DONE] before its message_delta")
+            self.done = True
+            return []
+        kind = data.get("type")
+        if kind == "error" or event.event == "error":
+            raise _stream_error(data)
+        if kind == "message_start":
+            self._started = True
+            return [sse_event(data)]
+        if not self._started:
+            raise UpstreamProtocolError(f"upstream sent {kind!r} before message_start")
+        if kind == "ping":
+            return [sse_event(data)]
+        if kind == "content_block_start":
+            return self._start(data)
+        if kind in ("content_block_delta", "content_block_stop"):
+            return self._block_event(data)
+        if kind == "message_delta":
+            self._delta, self._finished = data, True
+            return []
+        if kind == "message_stop":
+            self.done = True
+            return []
+        return [sse_event(data)]  # an event type of a newer API version: the client decides
+
+    def _start(self, data: dict[str, Any]) -> list[bytes]:
+        upstream, block = data.get("index"), data.get("content_block")
+        if not isinstance(upstream, int) or not isinstance(block, dict):
+            raise UpstreamProtocolError(
+                "upstream sent a content_block_start without index or block"
+            )
+        if block.get("type") == "tool_use":
+            self._held[upstream] = _HeldCall(block.get("id"), block.get("name"))
+            start_input = block.get("input")
+            if start_input not in (None, {}):
+                self._held[upstream].arguments = arguments_text(start_input)
+            return []
+        if block.get("type") in _THINKING:
+            self._thoughts[upstream] = _Thought(dict(block), str(block.get("thinking") or ""))
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            self._text.append(block["text"])
+            self._sent_text += block["text"]
+        return [self._pass(upstream, data)]
+
+    def _block_event(self, data: dict[str, Any]) -> list[bytes]:
+        upstream = data.get("index")
+        if not isinstance(upstream, int):
+            raise UpstreamProtocolError(f"upstream sent a {data.get('type')} without an index")
+        held = self._held.get(upstream)
+        delta = data.get("delta")
+        if held is not None:
+            if isinstance(delta, dict) and delta.get("type") == "input_json_delta":
+                held.arguments += str(delta.get("partial_json") or "")
+            return []
+        if upstream not in self._passed:
+            raise UpstreamProtocolError(
+                f"upstream sent an event for block {upstream} it never started"
+            )
+        if isinstance(delta, dict):
+            if delta.get("type") == "text_delta":
+                self._text.append(str(delta.get("text") or ""))
+                self._sent_text += str(delta.get("text") or "")
+            thought = self._thoughts.get(upstream)
+            if thought is not None and delta.get("type") == "thinking_delta":
+                thought.text += str(delta.get("thinking") or "")
+            elif thought is not None and delta.get("type") == "signature_delta":
+                thought.signature = str(delta.get("signature") or "")
+        return [self._pass(upstream, data)]
+
+    def _pass(self, upstream: int, data: dict[str, Any]) -> bytes:
+        if upstream not in self._passed:
+            self._passed[upstream] = self._next_index
+            self._next_index += 1
+        return sse_event({**data, "index": self._passed[upstream]})
+
+    def take_finished(self) -> list[Choice]:
+        if not self._finished or self._taken:
+            return []
+        self._taken = True
+        calls = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments or "{}"},
+            }
+            for _, call in sorted(self._held.items())
+        ]
+        message: Message = {"role": "assistant", "content": "".join(self._text) or None}
+        if calls:
+            message["tool_calls"] = calls
+        thoughts = [t.whole() for _, t in sorted(self._thoughts.items())]
+        if thoughts:
+            message[THINKING_KEY] = thoughts
+        delta = (self._delta or {}).get("delta") or {}
+        return [Choice(0, message, finish_of(delta.get("stop_reason")))]
+
+    def release(self, settled: Settled) -> list[bytes]:
+        self._released = True
+        out: list[bytes] = []
+        content = settled.message.get("content")
+        if (
+            isinstance(content, str)
+            and content.startswith(self._sent_text)
+            and content != self._sent_text
+        ):
+            out += [
+                sse_event(e)
+                for e in wire.text_events(content[len(self._sent_text) :], self._next_index, None)
+            ]
+            self._next_index += 1
+        for call in settled.message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            events = wire.tool_use_events(
+                _call(call.get("id"), function.get("name"), function.get("arguments")),
+                self._next_index,
+                None,
+            )
+            out += [sse_event(e) for e in events]
+            self._next_index += 1
+        delta = dict(self._delta or {"type": "message_delta", "delta": {}})
+        inner = dict(delta.get("delta") or {})
+        inner["stop_reason"] = stop_reason_of(settled.finish_reason, inner.get("stop_reason"))
+        delta["delta"] = inner
+        if settled.usage:
+            delta["usage"] = sum_usage([delta.get("usage") or {}, *settled.usage])
+        out.append(sse_event(delta))
+        return out
+
+    def end(self) -> bytes:
+        if not self._released:
+            raise UpstreamProtocolError("upstream stream ended before its message_delta")
+        return sse_event({"type": "message_stop"})
+
+    def error_event(self, error: ToolsentryError) -> bytes:
+        return sse_event(error_body(error), "error")
+
+
+def _call(call_id: object, name: object, arguments: object) -> Call:
+    return Call(
+        str(name or ""), arguments if isinstance(arguments, str) else "{}", str(call_id or "")
+    )
+
+
+def _stream_error(data: Mapping[str, Any]) -> ToolsentryError:
+    error = data.get("error")
+    if not isinstance(error, dict):
+        error = {}
+    kind = str(error.get("type") or "api_error")
+    message = f"upstream failed during the stream: {error.get('message')}"
+    return UpstreamStatusError(message, status=_STATUS_OF_TYPE.get(kind, 502), body=dict(data))

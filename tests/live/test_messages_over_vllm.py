@@ -1,0 +1,232 @@
+"""The Anthropic Messages API through toolsentry in front of a real vLLM (`/v1/messages`).
+
+The same prompts as the chat suite, written as Messages requests (system text as `system`, tool
+calls as `tool_use` blocks, tool answers as `tool_result` blocks, tools as `{name, input_schema}`):
+every tool call the client receives through the proxy is valid against the request's tools or
+named in the proxy's report (headers; for a stream, the summary comment before `message_stop`),
+and what is reported is counted in the session and in `/metrics` under `api="messages"`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from tests.live.scenarios import (
+    MODEL,
+    PROMPTS,
+    SUMMARY_PREFIX,
+    Prompt,
+    Received,
+    counter_values,
+    labels,
+    tool_choice_for,
+    unreported,
+)
+
+pytestmark = pytest.mark.vllm
+
+MODES = [("auto", False), ("required", False), ("named", True), ("auto", True)]
+
+
+@pytest.fixture
+def client(proxy_url: str) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(
+        base_url=proxy_url, api_key="unused", max_retries=0, timeout=600
+    ) as sdk_client:
+        yield sdk_client
+
+
+def messages_request(prompt: Prompt, choice: str, max_tokens: int) -> dict[str, Any]:
+    """`prompt` as a Messages request: system text apart, calls and answers as blocks."""
+    system, turns = "", list[dict[str, Any]]()
+    for message in prompt.messages:
+        role = message["role"]
+        if role == "system":
+            system = message["content"]
+            continue
+        if role == "tool":
+            block = {
+                "type": "tool_result",
+                "tool_use_id": message["tool_call_id"],
+                "content": message["content"],
+            }
+            if turns and turns[-1]["role"] == "user" and isinstance(turns[-1]["content"], list):
+                turns[-1]["content"].append(block)
+            else:
+                turns.append({"role": "user", "content": [block]})
+            continue
+        blocks: list[dict[str, Any]] = []
+        if message.get("content"):
+            blocks.append({"type": "text", "text": message["content"]})
+        for call in message.get("tool_calls") or []:
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": call["id"],
+                    "name": call["function"]["name"],
+                    "input": json.loads(call["function"]["arguments"] or "{}"),
+                }
+            )
+        turns.append({"role": role, "content": blocks})
+    tools = [
+        {
+            "name": tool["function"]["name"],
+            "description": tool["function"].get("description", ""),
+            "input_schema": tool["function"]["parameters"],
+        }
+        for tool in prompt.tools
+    ]
+    chat_choice = tool_choice_for(prompt, choice)
+    tool_choice = (
+        {"type": "tool", "name": chat_choice["function"]["name"]}
+        if isinstance(chat_choice, dict)
+        else {"type": "any" if chat_choice == "required" else chat_choice}
+    )
+    sampling = {k: v for k, v in prompt.sampling.items() if k in ("top_p", "top_k")}
+    return {
+        "model": MODEL,
+        "system": system,
+        "messages": turns,
+        "tools": tools,
+        "tool_choice": tool_choice,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        **sampling,
+    }
+
+
+def as_received(headers: dict[str, str], message: dict[str, Any], summary: Any) -> Received:
+    """What the client got, in the chat-message form the suite's judge reads."""
+    texts = [b.get("text") or "" for b in message.get("content") or [] if b.get("type") == "text"]
+    calls = [
+        {
+            "id": b["id"],
+            "type": "function",
+            "function": {
+                "name": b["name"],
+                "arguments": b["input"] if isinstance(b["input"], str) else json.dumps(b["input"]),
+            },
+        }
+        for b in message.get("content") or []
+        if b.get("type") == "tool_use"
+    ]
+    stop = message.get("stop_reason")
+    finish = "length" if stop == "max_tokens" else ("tool_calls" if calls else "stop")
+    chat = {"role": "assistant", "content": "".join(texts), "tool_calls": calls or None}
+    return Received(headers, chat, finish, summary=summary)
+
+
+def send(
+    client: anthropic.Anthropic,
+    prompt: Prompt,
+    choice: str,
+    stream: bool,
+    session: str,
+    max_tokens: int = 96,
+) -> Received:
+    """Send `prompt` to `/v1/messages` through the proxy with the anthropic SDK."""
+    params = messages_request(prompt, choice, max_tokens)
+    extra = {"x-session-id": session}
+    if not stream:
+        raw = client.messages.with_raw_response.create(**params, extra_headers=extra)
+        headers = {k.lower(): v for k, v in raw.headers.items()}
+        return as_received(headers, raw.parse().model_dump(), None)
+    # Read raw, so that the summary comment (which the SDK's decoder skips) is seen too.
+    with client.messages.with_streaming_response.create(
+        **params, stream=True, extra_headers=extra
+    ) as response:
+        headers = {k.lower(): v for k, v in response.headers.items()}
+        summary, events = None, []
+        for line in response.iter_lines():
+            if line.startswith(SUMMARY_PREFIX):
+                summary = json.loads(line[len(SUMMARY_PREFIX) :])
+            elif line.startswith("data:"):
+                event = json.loads(line[len("data:") :])
+                assert event["type"] != "error", f"the stream ended with an error: {event}"
+                if event["type"] == "message_stop":
+                    assert summary is not None, "no summary comment before message_stop"
+                events.append(event)
+    assert events, "the stream carried no event"
+    assert events[-1]["type"] == "message_stop", "the stream ended without message_stop"
+    return as_received(headers, accumulate(events), summary)
+
+
+def accumulate(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """A Messages stream's events folded into the message they deliver."""
+    message = dict(events[0]["message"])
+    blocks: dict[int, dict[str, Any]] = {}
+    partial: dict[int, str] = {}
+    for event in events[1:]:
+        if event["type"] == "content_block_start":
+            assert event["index"] == len(blocks), "content block indexes are not 0, 1, 2, …"
+            blocks[event["index"]] = dict(event["content_block"])
+        elif event["type"] == "content_block_delta":
+            delta, block = event["delta"], blocks[event["index"]]
+            if delta["type"] == "text_delta":
+                block["text"] += delta["text"]
+            elif delta["type"] == "input_json_delta":
+                partial[event["index"]] = partial.get(event["index"], "") + delta["partial_json"]
+        elif event["type"] == "message_delta":
+            message["stop_reason"] = event["delta"].get("stop_reason")
+    for index, text in partial.items():
+        try:
+            blocks[index]["input"] = json.loads(text)
+        except json.JSONDecodeError:
+            blocks[index]["input"] = text
+    message["content"] = [blocks[i] for i in sorted(blocks)]
+    return message
+
+
+def assert_reported_and_counted(proxy_url: str, session: str, received: Received) -> None:
+    report = received.report
+    assert report["session"] == session
+    record = httpx.get(f"{proxy_url}/v1/sessions/{session}", timeout=30).json()
+    assert (report["errors"], report["repairs"]) == (record["errors"], record["repairs"])
+    metrics = counter_values(
+        httpx.get(f"{proxy_url}/metrics", timeout=30).text, "toolsentry_violations_total"
+    )
+    for channel in received.violations:
+        assert record["channels"].get(channel, 0) >= 1, f"{channel} not counted in {record}"
+        assert metrics[labels(api="messages", model=MODEL, channel=channel)] >= 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize("choice", ["auto", "required", "named"])
+@pytest.mark.parametrize(
+    "prompt", [p for p in PROMPTS if p.name in ("cancel", "undeclared_tool")], ids=lambda p: p.name
+)
+def test_every_tool_use_the_messages_client_receives_is_valid_or_reported(
+    client: anthropic.Anthropic, proxy_url: str, prompt: Prompt, choice: str, stream: bool
+) -> None:
+    session = f"live-messages-{uuid.uuid4().hex[:12]}"
+    received = send(client, prompt, choice, stream, session)
+    assert unreported(received, prompt.tools, tool_choice_for(prompt, choice)) == []
+    assert_reported_and_counted(proxy_url, session, received)
+
+
+def test_messages_per_channel_summary(
+    client: anthropic.Anthropic, proxy_url: str, summary: list[str]
+) -> None:
+    seen: Counter[str] = Counter()
+    problems: list[str] = []
+    for prompt in PROMPTS:
+        for choice, stream in MODES:
+            session = f"live-messages-{uuid.uuid4().hex[:12]}"
+            received = send(client, prompt, choice, stream, session, max_tokens=64)
+            seen.update(received.violations)
+            problems += [
+                f"{prompt.name}/{choice}/{'stream' if stream else 'json'}: {problem}"
+                for problem in unreported(received, prompt.tools, tool_choice_for(prompt, choice))
+            ]
+            assert_reported_and_counted(proxy_url, session, received)
+    summary.append(f"/v1/messages: {len(PROMPTS) * len(MODES)} requests through the proxy")
+    summary += [f"  {channel:24} {count:4d} messages" for channel, count in sorted(seen.items())]
+    assert problems == []

@@ -1,0 +1,90 @@
+"""The real Claude Code through the proxy: its first tool call names a tool that does not exist, the
+proxy re-asks in Messages form, Claude Code runs the repaired `Bash` call and finishes with text."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from proxy.testing import answer, call
+from tests.clients import claude_bin
+from tests.proxy.conftest import RunningProxy, RunningUpstream
+
+MARKER = "toolsentry-was-here"
+DONE = "The marker file is written."
+
+
+class ClaudeCodeScript:
+    """The scripted model of the episode: a tool that does not exist, then (told so) `Bash`, then,
+    with the command's output, a closing text. Requests without tools (Claude Code's own: titles,
+    checks) get a short text."""
+
+    def __init__(self) -> None:
+        self.tool_requests = 0
+
+    def __call__(self, body: dict[str, Any]) -> Any:
+        if not body.get("tools"):
+            return answer("Marker file")
+        self.tool_requests += 1
+        results = [
+            block
+            for message in body.get("messages") or []
+            if isinstance(message.get("content"), list)
+            for block in message["content"]
+            if isinstance(block, dict) and block.get("type") == "tool_result"
+        ]
+        if not results:
+            return answer(None, call("RunShell", {"cmd": f"echo {MARKER}"}, id="toolu_bad"))
+        if all(r.get("tool_use_id") == "toolu_bad" for r in results):  # the proxy's re-ask
+            command = f"echo {MARKER} > marker.txt && cat marker.txt"
+            return answer(
+                None, call("Bash", {"command": command, "description": "Write the marker"})
+            )
+        return answer(DONE)
+
+
+def test_claude_code_runs_the_repaired_call_and_the_session_shows_one_repair(
+    proxy: RunningProxy, upstream: RunningUpstream, tmp_path: Path
+) -> None:
+    claude = claude_bin()
+    script = ClaudeCodeScript()
+    upstream.script.handler = script
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": proxy.server.url,
+        "ANTHROPIC_API_KEY": "any-key",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+    command = [str(claude), "-p", "Write the marker file.", "--model", "claude-sonnet-4-5"]
+    command += ["--max-turns", "5", "--allowedTools", "Bash", "--output-format", "json"]
+    done = subprocess.run(
+        command,
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["result"] == DONE
+    assert (work / "marker.txt").read_text().strip() == MARKER  # the repaired Bash call ran
+    sessions = {h.get("x-claude-code-session-id") for h in upstream.script.request_headers}
+    (session,) = sessions
+    assert session == result["session_id"]
+    record = proxy.session(session)
+    assert record["channels"] == {"unknown_tool": 1}
+    assert (record["repairs"], record["errors"]) == (1, 0)
+    assert all(q == "beta=true" for q in upstream.script.queries)
+    reask = upstream.script.requests[1]
+    assert reask["messages"][-1]["content"][0]["tool_use_id"] == "toolu_bad"
