@@ -381,3 +381,109 @@ def test_generated_raw_bytes_on_the_responses_route_never_get_a_5xx(
             assert_not_a_proxy_failure(response)
 
         check()
+
+
+# -- the Messages API ------------------------------------------------------------------------------
+
+
+def assert_not_a_messages_failure(response: httpx.Response) -> None:
+    """Below 500, and a refusal in Anthropic's shape."""
+    assert response.status_code < 500, response.text
+    assert "Traceback" not in response.text
+    if response.status_code >= 400:
+        body = response.json()
+        assert body["type"] == "error", response.text
+        assert set(body["error"]) == {"type", "message"}
+        assert body["error"]["message"]
+
+
+def echo_first_messages_tool(body: dict[str, Any]) -> Any:
+    """A Messages upstream that calls the first declared tool."""
+    tools = body.get("tools")
+    first = tools[0] if isinstance(tools, list) and tools and isinstance(tools[0], dict) else {}
+    name = first.get("name")
+    return answer(None, call(name, {})) if isinstance(name, str) else answer("plain text")
+
+
+content_blocks = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(
+            ["text", "tool_use", "tool_result", "thinking", "redacted_thinking", "image"]
+        )
+        | json_values
+    },
+    optional={
+        "text": json_values,
+        "id": st.text(max_size=8) | json_values,
+        "name": json_values,
+        "input": json_values,
+        "tool_use_id": st.text(max_size=8) | json_values,
+        "content": json_values,
+        "is_error": st.booleans() | json_values,
+        "thinking": json_values,
+        "signature": json_values,
+    },
+)
+turns = st.fixed_dictionaries(
+    {
+        "role": st.sampled_from(["user", "assistant"]) | json_values,
+        "content": st.lists(content_blocks, max_size=3) | st.text(max_size=20) | json_values,
+    }
+)
+messages_bodies = st.fixed_dictionaries(
+    {"messages": st.lists(turns, max_size=4) | json_values},
+    optional={
+        "model": st.just("scripted-model") | json_values,
+        "max_tokens": st.integers(1, 64) | json_values,
+        "system": st.text(max_size=20) | st.lists(content_blocks, max_size=2) | json_values,
+        "tools": st.lists(
+            st.fixed_dictionaries(
+                {"name": st.text(max_size=12) | json_values},
+                optional={"input_schema": schemas, "type": json_values},
+            ),
+            max_size=3,
+        )
+        | json_values,
+        "tool_choice": st.fixed_dictionaries(
+            {"type": st.sampled_from(["auto", "any", "tool", "none"]) | json_values},
+            optional={"name": json_values, "disable_parallel_tool_use": json_values},
+        )
+        | json_values,
+        "metadata": st.fixed_dictionaries({"user_id": st.text(max_size=30) | json_values})
+        | json_values,
+        "thinking": json_values,
+    },
+)
+
+
+def test_generated_messages_bodies_never_get_a_5xx_from_the_proxy(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    upstream.script.handler = echo_first_messages_tool
+    proxy = make_proxy(max_reasks=1)
+    with proxy.http() as http:
+
+        @EXAMPLES
+        @given(body=messages_bodies, headers=hostile_headers)
+        def check(body: dict[str, Any], headers: dict[str, str]) -> None:
+            response = http.post("/v1/messages?beta=true", json=body, headers=headers)
+            assert_not_a_messages_failure(response)
+
+        check()
+
+
+def test_generated_raw_bytes_on_the_messages_route_never_get_a_5xx(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.handler = echo_first_messages_tool
+    with proxy.http() as http:
+
+        @EXAMPLES
+        @given(raw=st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()))
+        def check(raw: bytes) -> None:
+            response = http.post(
+                "/v1/messages", content=raw, headers={"content-type": "application/json"}
+            )
+            assert_not_a_messages_failure(response)
+
+        check()

@@ -44,6 +44,17 @@ def is_openai_error(body: Any) -> bool:
     )
 
 
+def is_anthropic_error(body: Any) -> bool:
+    error = body.get("error") if isinstance(body, dict) else None
+    return (
+        body.get("type") == "error"
+        and isinstance(error, dict)
+        and isinstance(error.get("message"), str)
+        and bool(error["message"])
+        and isinstance(error.get("type"), str)
+    )
+
+
 def test_requests_generated_from_the_openapi_schema_get_no_5xx_and_openai_shaped_4xx(
     proxy_url: str,
 ) -> None:
@@ -68,13 +79,16 @@ def test_requests_generated_from_the_openapi_schema_get_no_5xx_and_openai_shaped
         # A 502/503/504 would be the upstream's failure passed on; the scripted one never fails.
         assert response.status_code < 500, f"{where}: {response.content[:500]!r}"
         if 400 <= response.status_code < 500:
-            assert is_openai_error(orjson.loads(response.content)), (
-                f"{where}: not an OpenAI error: {response.content[:500]!r}"
+            shaped = (
+                is_anthropic_error if case.operation.path == "/v1/messages" else is_openai_error
+            )
+            assert shaped(orjson.loads(response.content)), (
+                f"{where}: not an error in the route's shape: {response.content[:500]!r}"
             )
 
     check()
     # The fuzzing reached both turn routes and got answers and refusals from the proxy on each.
-    for route in ("/v1/chat/completions", "/v1/responses"):
+    for route in ("/v1/chat/completions", "/v1/responses", "/v1/messages"):
         statuses = {status for path, status in seen if path == route}
         assert 200 in statuses, (route, seen)
         assert any(400 <= status < 500 for status in statuses), (route, seen)
