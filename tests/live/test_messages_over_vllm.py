@@ -98,8 +98,8 @@ def messages_request(prompt: Prompt, choice: str, max_tokens: int) -> dict[str, 
         "tools": tools,
         "tool_choice": tool_choice,
         "max_tokens": max_tokens,
-        "temperature": 0,
-        **sampling,
+        # this anthropic SDK has no sampling parameters of its own; vLLM reads them from the body
+        "extra_body": {"temperature": 0, **sampling},
     }
 
 
