@@ -20,7 +20,7 @@ import asyncio
 import json
 import re
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -299,11 +299,18 @@ def plan(
     targets: Sequence[Target],
     samples: int,
     proxy_url: str | None,
-    done: Iterable[Key] = (),
+    done: Mapping[Key, Answer] | None = None,
+    *,
+    proxy_failing_only: bool = False,
 ) -> list[Question]:
     """Every question not yet answered, target by target and context by context (so that one
-    server at a time works through contexts that share their prefix)."""
-    finished = set(done)
+    server at a time works through contexts that share their prefix).
+
+    With `proxy_failing_only`, a context goes through the proxy only once its direct answer (of
+    the same target and sample) is known to have a violation: repair success is measured on
+    failures, and at temperature 0 the proxy's first attempt is the same question again.
+    """
+    finished = done or {}
     routes: list[tuple[Route, str | None]] = [("direct", None)]
     if proxy_url is not None:
         routes.append(("proxy", proxy_url.rstrip("/")))
@@ -313,8 +320,13 @@ def plan(
             for context in contexts:
                 for sample in range(samples):
                     key = Key(context.id, target.name, sample, route)
-                    if key not in finished:
-                        out.append(Question(context, target, url or target.base_url, key))
+                    if key in finished:
+                        continue
+                    if route == "proxy" and proxy_failing_only:
+                        direct = finished.get(Key(context.id, target.name, sample, "direct"))
+                        if direct is None or not direct.violations:
+                            continue
+                    out.append(Question(context, target, url or target.base_url, key))
     return out
 
 

@@ -101,7 +101,9 @@ def probe_command(
     ] = None,
     contexts: Annotated[
         int | None,
-        typer.Option("--contexts", help="Contexts drawn at random from each file [default: all]."),
+        typer.Option(
+            "--contexts", help="Contexts drawn at random from each file (default: every one)."
+        ),
     ] = None,
     context_seed: Annotated[int, typer.Option(help="Seed of the context draw.")] = 0,
     samples: Annotated[int, typer.Option(help="Answers asked per context and target.")] = 1,
@@ -121,8 +123,17 @@ def probe_command(
             "is asked through it as well, for repair success per channel.",
         ),
     ] = None,
+    proxy_failing_only: Annotated[
+        bool,
+        typer.Option(
+            "--proxy-failing-only",
+            help="With --via-proxy: ask through the proxy only the contexts whose direct answer "
+            "had a violation (repair success is measured on failures; at temperature 0 the "
+            "proxy's first attempt is the same question). Saves most of the proxy's calls.",
+        ),
+    ] = False,
     out: Annotated[
-        Path | None, typer.Option(help="Output directory [default: runs/probe-<date>-<time>].")
+        Path | None, typer.Option(help="Output directory (default: runs/probe-DATE-TIME).")
     ] = None,
     resume: Annotated[
         Path | None,
@@ -163,6 +174,7 @@ def probe_command(
                 context_seed=context_seed,
                 samples=samples,
                 proxy_url=via_proxy,
+                proxy_failing_only=proxy_failing_only,
                 ask=AskSettings(
                     temperature=temperature,
                     max_tokens=max_tokens,
@@ -246,8 +258,13 @@ def _execute(run: ProbeRun, console: Console, *, quiet: bool) -> None:
                 a for a in run.answers.values() if a.key.target == t.name and a.key.route == route
             ]
             tallies[(t.name, route)] = [len(done), sum(1 for a in done if a.violations)]
+            # Through the proxy with --proxy-failing-only, the count grows as direct answers fail.
+            known = route == "direct" or not run.options.proxy_failing_only
             bars[(t.name, route)] = progress.add_task(
-                f"{t.name} {route}".ljust(width), total=per_route, completed=len(done), stats=""
+                f"{t.name} {route}".ljust(width),
+                total=per_route if known else None,
+                completed=len(done),
+                stats="",
             )
 
     def on_answer(answer: Answer) -> None:

@@ -47,6 +47,7 @@ class ProbeOptions:
     context_seed: int = 0
     samples: int = 1
     proxy_url: str | None = None
+    proxy_failing_only: bool = False
     ask: AskSettings = field(default_factory=AskSettings)
 
     def check(self) -> None:
@@ -60,6 +61,8 @@ class ProbeOptions:
         names = [t.name for t in self.targets]
         if len(set(names)) != len(names):
             raise UsageError(f"target names must differ, got {', '.join(names)}")
+        if self.proxy_failing_only and self.proxy_url is None:
+            raise UsageError("--proxy-failing-only needs --via-proxy URL")
         if self.samples < 1:
             raise UsageError(f"--samples must be at least 1, got {self.samples}")
         if self.contexts_per_file is not None and self.contexts_per_file < 1:
@@ -84,6 +87,7 @@ class ProbeOptions:
             context_seed=int(data.get("context_seed", 0)),
             samples=int(data.get("samples", 1)),
             proxy_url=data.get("proxy_url"),
+            proxy_failing_only=bool(data.get("proxy_failing_only", False)),
             ask=AskSettings(**data.get("ask", {})),
         )
 
@@ -138,19 +142,19 @@ class ProbeRun:
         return cls(ProbeOptions.from_dict(data), out)
 
     def pending(self) -> list[Question]:
+        """The questions still to ask (with `proxy_failing_only`, as far as known so far)."""
         return plan(
             self.contexts.contexts,
             self.options.targets,
             self.options.samples,
             self.options.proxy_url,
             done=self.answers,
+            proxy_failing_only=self.options.proxy_failing_only,
         )
 
     def total(self) -> int:
-        routes = 2 if self.options.proxy_url else 1
-        return (
-            len(self.contexts.contexts) * len(self.options.targets) * self.options.samples * routes
-        )
+        """How many answers the run will have (as far as known so far)."""
+        return len(self.answers) + len(self.pending())
 
     def record(self, answer: Answer) -> None:
         """Keep one answer: in memory and in the journal."""
@@ -173,21 +177,19 @@ class ProbeRun:
             if on_answer is not None:
                 on_answer(answer)
 
-        await ask_all(self.pending(), self.options.ask, land)
+        # With proxy_failing_only, the proxy's questions appear as direct answers fail.
+        while questions := self.pending():
+            await ask_all(questions, self.options.ask, land)
 
     def ordered_answers(self) -> list[Answer]:
         """The answers in question order."""
-        order = {
-            q.key: i
-            for i, q in enumerate(
-                plan(
-                    self.contexts.contexts,
-                    self.options.targets,
-                    self.options.samples,
-                    self.options.proxy_url,
-                )
-            )
-        }
+        everything = plan(
+            self.contexts.contexts,
+            self.options.targets,
+            self.options.samples,
+            self.options.proxy_url,
+        )
+        order = {q.key: i for i, q in enumerate(everything)}
         return sorted(self.answers.values(), key=lambda a: order.get(a.key, len(order)))
 
     def figures(self, *, resamples: int, seed: int = 0) -> ProbeFigures:

@@ -175,11 +175,17 @@ def test_plan_asks_only_what_is_missing_target_by_target(tau2_dir: Path) -> None
     path = tau2_file(tau2_dir, "retail")
     contexts = load_contexts([path], per_file=3).contexts
     targets = [Target("a", "http://a/v1", "m"), Target("b", "http://b/v1", "m")]
-    done = [Key(contexts[0].id, "a", 0, "direct")]
+    first = answer(contexts[0].id, "a", "unknown_tool")
+    done = {first.key: first}
     questions = plan(contexts, targets, 2, "http://proxy/v1", done)
     assert len(questions) == 3 * 2 * 2 * 2 - 1
     assert [q.key.target for q in questions] == sorted(q.key.target for q in questions)
     assert {q.base_url for q in questions if q.key.route == "proxy"} == {"http://proxy/v1"}
+    # Only the failing direct answer is asked again through the proxy.
+    failing = plan(contexts, targets, 2, "http://proxy/v1", done, proxy_failing_only=True)
+    proxied = [q.key for q in failing if q.key.route == "proxy"]
+    assert proxied == [Key(contexts[0].id, "a", 0, "proxy")]
+    assert len(failing) == 3 * 2 * 2 - 1 + 1
 
 
 def test_pair_figures_count_novel_failures_and_ratios(tau2_dir: Path) -> None:

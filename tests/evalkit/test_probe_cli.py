@@ -191,6 +191,28 @@ def test_two_targets_through_the_proxy_every_answer_classified_and_figures_writt
     assert (out / "probe_figures" / "probe-channels.png").stat().st_size > 1000
 
 
+def test_only_failing_contexts_go_through_the_proxy_when_asked(
+    recorded: Path, upstream: Upstream, tmp_path: Path
+) -> None:
+    out = tmp_path / "probe"
+    result = probe(
+        str(recorded), "--target", f"int4={upstream.url},sim-int4", "--via-proxy",
+        upstream.proxy_url, "--proxy-failing-only", "--out", str(out),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = read(out)
+    direct = [a for a in data["answers"] if a["route"] == "direct"]
+    proxied = [a for a in data["answers"] if a["route"] == "proxy"]
+    failing = {(a["context"], a["sample"]) for a in direct if a["violations"]}
+    assert failing, "the int4 profile made no mistake in these contexts"
+    assert {(a["context"], a["sample"]) for a in proxied} == failing
+    assert data["complete"] is True
+    assert (
+        probe(str(recorded), "--target", f"a={upstream.url},m", "--proxy-failing-only").exit_code
+        == 2
+    )
+
+
 def test_base_url_and_model_pairs_are_targets_too(
     recorded: Path, upstream: Upstream, tmp_path: Path
 ) -> None:
