@@ -10,11 +10,12 @@ linear projection of the transformer blocks, dequantized back to bf16 (fake quan
 numbers describe this ladder of a 270M base model, not the 7B models of the paper.
 
     python -m bench.ladder [--rungs shipped,rtn-w3g32,rtn-w2g32] [--contexts 12] [--seed 0]
-                           [--max-model-len 32768] [--max-tokens 192] [--concurrency 2]
-                           [--out runs/ladder] [--resume] [--keep-servers] [--no-write]
+                           [--max-model-len 32768] [--max-tokens 128] [--concurrency 3]
+                           [--out runs/ladder] [--resume] [--keep-top] [--no-write]
 
-Every server it starts it stops at the end (unless --keep-servers), the proxy too. With
---resume the probe in --out finishes what it lacks (the servers are started again).
+One rung's server runs at a time (each takes about 6 GB): started, probed (direct, then the
+failing contexts again through a proxy in front of it), stopped. With --resume the probe in
+--out finishes what it lacks.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import yaml
 from rich.console import Console
 
 from evalkit.probe.asking import AskSettings, Target
-from evalkit.probe.command import finish_probe
+from evalkit.probe.command import ask_pending, finish_probe
 from evalkit.probe.contexts import load_contexts
 from evalkit.probe.figures import ProbeFigures
 from evalkit.probe.render import tables
@@ -159,11 +160,16 @@ def proxy_in_front(urls: dict[Rung, str], workdir: Path) -> Iterator[str]:
         log.close()
 
 
-async def prompt_tokens(base_url: str, model: str, files: Sequence[Path]) -> list[int]:
-    """The prompt length in tokens of every context of `files` (vLLM's /tokenize, the same chat
-    template and tools as the probe), to say how much of the whole context set fits."""
+async def prompt_tokens(
+    base_url: str, model: str, files: Sequence[Path], per_file: int, seed: int
+) -> tuple[list[int], int]:
+    """Prompt lengths in tokens of `per_file` contexts drawn from each file (vLLM's /tokenize,
+    the same chat template and tools as the probe; a draw apart from the probe's), and how many
+    contexts the files hold: an estimate of how much of the whole context set fits the window
+    (tokenizing all of them takes a second each on this machine)."""
     root = base_url.removesuffix("/v1")
-    contexts = load_contexts(list(files)).contexts
+    everything = load_contexts(list(files))
+    contexts = load_contexts(list(files), per_file=per_file, seed=seed + 1).contexts
     counts: list[int] = []
     async with httpx.AsyncClient(timeout=120) as http:
         for context in contexts:
@@ -177,7 +183,7 @@ async def prompt_tokens(base_url: str, model: str, files: Sequence[Path]) -> lis
             )
             response.raise_for_status()
             counts.append(int(response.json()["count"]))
-    return counts
+    return counts, len(everything.contexts)
 
 
 def machine() -> str:
@@ -203,7 +209,8 @@ def write_markdown(
     figures: ProbeFigures,
     run: ProbeRun,
     rungs: Sequence[Rung],
-    tokens: list[int] | None,
+    tokens: list[int],
+    population: int,
     max_model_len: int,
     wall: dict[str, float],
 ) -> None:
@@ -252,16 +259,19 @@ def write_markdown(
         fits = sum(1 for t in tokens if t + options.ask.max_tokens <= max_model_len)
         ordered = sorted(tokens)
         lines.append(
-            f"- How much of the whole context set fits the window: {fits} of {len(tokens)} "
-            f"contexts ({100 * fits / len(tokens):.0f}%) have prompt + max_tokens ≤ "
-            f"{max_model_len} tokens (prompt tokens: median {ordered[len(ordered) // 2]}, "
-            f"max {ordered[-1]}; Gemma's tokenizer with the chat template, via vLLM's /tokenize)."
+            f"- How much of the context set fits the window: of {len(tokens)} contexts drawn "
+            f"at random from all {population} (a draw apart from the probe's), {fits} "
+            f"({100 * fits / len(tokens):.0f}%) have prompt + max_tokens ≤ {max_model_len} "
+            f"tokens (prompt tokens: min {ordered[0]}, median {ordered[len(ordered) // 2]}, max "
+            f"{ordered[-1]}; Gemma's tokenizer with the chat template, via vLLM's /tokenize). "
+            "The probe's own answers below say how many of its contexts did not fit."
         )
     lines += [
         "- Every answer is classified by `proxy.guard`, the validator the proxy runs online. "
         "Intervals: 95% percentile bootstrap resampling trajectories; rate ratios: Katz "
-        "interval; signatures: (context, channel) pairs. Then every context again through the "
-        "toolsentry proxy (repair by re-ask, at most 2) for repair success.",
+        "interval; signatures: (context, channel) pairs. Then every context whose direct "
+        "answer had a violation was asked again through the toolsentry proxy (repair by "
+        "re-ask, at most 2 re-asks; `--proxy-failing-only`): repair success per channel.",
         "",
         "## Results",
         "",
@@ -312,13 +322,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rungs", default=f"{SHIPPED},rtn-w3g32,rtn-w2g32")
     parser.add_argument("--contexts", type=int, default=12, help="contexts drawn per results file")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--fit-sample",
+        type=int,
+        default=25,
+        help="contexts per file tokenized for the fit estimate",
+    )
     parser.add_argument("--max-model-len", type=int, default=32768)
-    parser.add_argument("--max-tokens", type=int, default=192)
-    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--concurrency", type=int, default=3)
     parser.add_argument("--resamples", type=int, default=10_000)
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "ladder")
     parser.add_argument("--resume", action="store_true", help="finish the probe in --out")
-    parser.add_argument("--keep-servers", action="store_true")
+    parser.add_argument(
+        "--keep-top", action="store_true", help="leave the top rung's server running at the end"
+    )
     parser.add_argument("--no-write", action="store_true", help="do not write bench/results")
     args = parser.parse_args(argv)
 
@@ -326,45 +344,66 @@ def main(argv: list[str] | None = None) -> int:
     files = [TAU2_RESULTS / name for name in FILES]
     env = {**os.environ, "TOOLSENTRY_VLLM_MAX_MODEL_LEN": str(args.max_model_len)}
     env.setdefault("TOOLSENTRY_VLLM_KVCACHE", "1")
+    env.setdefault("TOOLSENTRY_VLLM_TIMEOUT", "1800")
     wall: dict[str, float] = {}
     started = time.monotonic()
-    urls = start_rungs(rungs, env)
-    wall["servers set up and started"] = time.monotonic() - started
-    try:
+    tokens: list[int] = []
+    population = 0
+    run: ProbeRun | None = None
+    console = Console()
+    args.out.mkdir(parents=True, exist_ok=True)
+    # One rung's server at a time: each takes about 6 GB, and the machine is shared.
+    for position, rung in enumerate(rungs):
         tick = time.monotonic()
-        tokens = asyncio.run(prompt_tokens(urls[rungs[0]], rungs[0].model, files))
-        wall["tokenizing every context"] = time.monotonic() - tick
-        args.out.mkdir(parents=True, exist_ok=True)
-        with proxy_in_front(urls, args.out) as proxy_url:
-            targets = tuple(Target(r.label, urls[r], r.model) for r in rungs)
-            if args.resume and (args.out / OPTIONS_FILE).exists():
-                run = ProbeRun.resume(args.out)
-                run.options = _with_urls(run.options, targets, proxy_url)
-            else:
-                options = ProbeOptions(
-                    results=tuple(str(f) for f in files),
-                    targets=targets,
-                    contexts_per_file=args.contexts,
-                    context_seed=args.seed,
-                    proxy_url=proxy_url,
-                    ask=AskSettings(
-                        max_tokens=args.max_tokens, concurrency=args.concurrency, timeout=900.0
-                    ),
+        url = start_rungs([rung], env)[rung]
+        wall[f"{rung.label}: server set up and started"] = time.monotonic() - tick
+        try:
+            if position == 0:
+                tick = time.monotonic()
+                tokens, population = asyncio.run(
+                    prompt_tokens(url, rung.model, files, args.fit_sample, args.seed)
                 )
-                run = ProbeRun.start(options, args.out)
-            tick = time.monotonic()
-            figures, path, _ = finish_probe(
-                run, Console(), resamples=args.resamples, title="Precision ladder (evalkit probe)"
-            )
-            wall["probe (direct and through the proxy)"] = time.monotonic() - tick
-    finally:
-        if not args.keep_servers:
-            stop_rungs(rungs, env)
+                wall["tokenizing the fit sample"] = time.monotonic() - tick
+            with proxy_in_front({rung: url}, args.out) as proxy_url:
+                targets = tuple(
+                    Target(r.label, url if r == rung else "http://127.0.0.1:9/v1", r.model)
+                    for r in rungs
+                )
+                if run is None and args.resume and (args.out / OPTIONS_FILE).exists():
+                    run = ProbeRun.resume(args.out)
+                if run is None:
+                    options = ProbeOptions(
+                        results=tuple(str(f) for f in files),
+                        targets=targets,
+                        contexts_per_file=args.contexts,
+                        context_seed=args.seed,
+                        proxy_url=proxy_url,
+                        proxy_failing_only=True,
+                        ask=AskSettings(
+                            max_tokens=args.max_tokens,
+                            concurrency=args.concurrency,
+                            timeout=900.0,
+                        ),
+                    )
+                    run = ProbeRun.start(options, args.out)
+                run.options = _with_urls(run.options, targets, proxy_url)
+                tick = time.monotonic()
+                ask_pending(run, console, only=rung.label)
+                wall[f"{rung.label}: probe (direct, then failures through the proxy)"] = (
+                    time.monotonic() - tick
+                )
+        finally:
+            if not (args.keep_top and position == 0):
+                stop_rungs([rung], env)
     wall["total"] = time.monotonic() - started
+    assert run is not None
+    figures, path, _ = finish_probe(
+        run, console, resamples=args.resamples, title="Precision ladder (evalkit probe)"
+    )
     for table in tables(figures):
-        Console().print(table.rich())
+        console.print(table.rich())
     if not args.no_write:
-        write_markdown(RESULTS, figures, run, rungs, tokens, args.max_model_len, wall)
+        write_markdown(RESULTS, figures, run, rungs, tokens, population, args.max_model_len, wall)
         print(f"ladder: wrote {RESULTS} (answers in {path})")
     return 0
 

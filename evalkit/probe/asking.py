@@ -186,8 +186,9 @@ def classify(
     context: Context, key: Key, choice: dict[str, Any], headers: dict[str, str], seconds: float
 ) -> Answer:
     """The answer of one chat-completion choice (as JSON): guard violations and agreement."""
-    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
-    assert isinstance(message, dict)
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        message = {}
     finish_reason = choice.get("finish_reason")
     finish = finish_reason if isinstance(finish_reason, str) else None
     found = validate(

@@ -225,7 +225,7 @@ def finish_probe(
     for line in preamble(run):
         console.print(line, highlight=False)
     try:
-        _execute(run, console, quiet=quiet)
+        ask_pending(run, console, quiet=quiet)
     except EndpointError as exc:
         raise EndpointError(
             f"{exc.message}; {len(run.answers)} of {run.total()} answers kept in {run.out}, "
@@ -237,7 +237,10 @@ def finish_probe(
     return figures, path, pages
 
 
-def _execute(run: ProbeRun, console: Console, *, quiet: bool) -> None:
+def ask_pending(
+    run: ProbeRun, console: Console, *, quiet: bool = False, only: str | None = None
+) -> None:
+    """Ask what `run` lacks (of target `only`, when given) under a progress bar."""
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(bar_width=24),
@@ -253,6 +256,8 @@ def _execute(run: ProbeRun, console: Console, *, quiet: bool) -> None:
     tallies: dict[tuple[str, str], list[int]] = {}
     width = max(len(t.name) for t in run.options.targets) + 7
     for t in run.options.targets:
+        if only is not None and t.name != only:
+            continue
         for route in routes:
             done = [
                 a for a in run.answers.values() if a.key.target == t.name and a.key.route == route
@@ -277,4 +282,4 @@ def _execute(run: ProbeRun, console: Console, *, quiet: bool) -> None:
         )
 
     with progress:
-        asyncio.run(run.execute(on_answer))
+        asyncio.run(run.execute(on_answer, only=only))

@@ -161,13 +161,23 @@ class ProbeRun:
         self.journal.append(answer)
         self.answers[answer.key] = answer
 
-    async def execute(self, on_answer: Callable[[Answer], None] | None = None) -> None:
-        """Ask every pending question (see `asking.ask_all`).
+    async def execute(
+        self, on_answer: Callable[[Answer], None] | None = None, *, only: str | None = None
+    ) -> None:
+        """Ask every pending question (see `asking.ask_all`); with `only`, those of that target
+        alone (the others' servers need not be up: the ladder serves one rung at a time).
 
         Raises:
             EndpointError: when a target (or the proxy) is not reachable, or fails for good.
         """
-        self.windows = await model_windows(self.options.targets)
+
+        def mine() -> list[Question]:
+            return [q for q in self.pending() if only is None or q.key.target == only]
+
+        if not mine():
+            return
+        targets = [t for t in self.options.targets if only is None or t.name == only]
+        self.windows.update(await model_windows(targets))
         if self.options.proxy_url is not None:
             proxy = Target("proxy", self.options.proxy_url.rstrip("/"), "")
             await model_windows([proxy])
@@ -178,7 +188,7 @@ class ProbeRun:
                 on_answer(answer)
 
         # With proxy_failing_only, the proxy's questions appear as direct answers fail.
-        while questions := self.pending():
+        while questions := mine():
             await ask_all(questions, self.options.ask, land)
 
     def ordered_answers(self) -> list[Answer]:

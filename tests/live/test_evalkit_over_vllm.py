@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from evalkit.domains import get_domain
 from evalkit.formats import read_results
 from proxy.guard.toolcheck import validate
 from tests.live.conftest import ROOT
@@ -69,8 +70,6 @@ def test_probe_on_ten_recorded_turns_classifies_every_answer(
     answered = [a for a in answers if a["status"] == "answered"]
     assert answered, f"no context fitted the server's window ({target['window']} tokens)"
     items = {c["id"]: c for c in data["contexts"]["items"]}
-    from evalkit.domains import get_domain
-
     tools = get_domain("retail").toolkit_classes()[0].openai_tools()
     for a in answered:
         assert a["context"] in items
@@ -96,7 +95,7 @@ def test_replay_through_the_proxy_with_an_llm_user_agrees_with_the_session_recor
     done = evalkit(
         "replay", "--domain", "retail", "--base-url", f"{proxy_url}/v1", "--model", MODEL,
         "--tasks", "0,1", "--user", "llm", "--user-base-url", vllm_url, "--user-model", MODEL,
-        "--max-steps", "12", "--concurrency", "2", "--out", str(out),
+        "--max-steps", "8", "--concurrency", "2", "--out", str(out),
         timeout=2400,
     )  # fmt: skip
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
