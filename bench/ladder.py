@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import json
 import os
 import platform
 import socket
@@ -33,6 +34,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
@@ -294,25 +296,31 @@ def write_markdown(
 def verdict(figures: ProbeFigures) -> list[str]:
     """Plain sentences read off the figures (no new numbers)."""
     out = []
+    for t in figures.targets:
+        failing = t.channels["any"]
+        trigger = t.agreement["trigger"]
+        out.append(
+            f"- {t.target.name}: {t.calling} of {t.answered} answers carried a parsed tool call; "
+            f"{failing.count} had a violation; the trigger agreed with the recording in "
+            f"{trigger.count} of {trigger.n}."
+        )
     top = figures.targets[0]
     for target, pair in zip(figures.targets[1:], figures.pairs, strict=True):
         a, na, b, nb, ratio = pair.ratios["any"]
-        shown = (
-            "no ratio"
-            if ratio is None
-            else f"ratio {_fmt(ratio.ratio)} [{_fmt(ratio.low)}, {_fmt(ratio.high)}]"
-        )
-        differs = ratio is not None and ratio.significant
+        if ratio is None:
+            shown = "no ratio: neither side failed"
+        else:
+            shown = f"ratio {_fmt(ratio.ratio)} [{_fmt(ratio.low)}, {_fmt(ratio.high)}]"
+            shown += (
+                ", the interval excludes 1"
+                if ratio.significant
+                else ", the interval includes 1: not distinguishable at this sample size"
+            )
+        novel = "—" if pair.novel_share is None else f"{100 * pair.novel_share:.0f}%"
         out.append(
             f"- {target.target.name} against {top.target.name}: answers with any violation "
-            f"{b}/{nb} against {a}/{na} ({shown}; "
-            + (
-                "the interval excludes 1"
-                if differs
-                else "the interval includes 1: not distinguishable at this sample size"
-            )
-            + f"). Signature correlation {_fmt(pair.signature_correlation)}, novel share "
-            f"{'—' if pair.novel_share is None else f'{100 * pair.novel_share:.0f}%'} of its failures."
+            f"{b}/{nb} against {a}/{na} ({shown}); failure-signature correlation "
+            f"{_fmt(pair.signature_correlation)}, novel share {novel}."
         )
     return out
 
@@ -347,46 +355,47 @@ def main(argv: list[str] | None = None) -> int:
     env.setdefault("TOOLSENTRY_VLLM_TIMEOUT", "1800")
     wall: dict[str, float] = {}
     started = time.monotonic()
-    tokens: list[int] = []
-    population = 0
-    run: ProbeRun | None = None
     console = Console()
     args.out.mkdir(parents=True, exist_ok=True)
+    unreachable = "http://127.0.0.1:9/v1"  # a rung's URL while its server is down
+    targets = tuple(Target(r.label, unreachable, r.model) for r in rungs)
+    if args.resume and (args.out / OPTIONS_FILE).exists():
+        run = ProbeRun.resume(args.out)
+        run.options = _with_urls(run.options, targets, unreachable)
+    else:
+        options = ProbeOptions(
+            results=tuple(str(f) for f in files),
+            targets=targets,
+            contexts_per_file=args.contexts,
+            context_seed=args.seed,
+            proxy_url=unreachable,
+            proxy_failing_only=True,
+            ask=AskSettings(
+                max_tokens=args.max_tokens, concurrency=args.concurrency, timeout=900.0
+            ),
+        )
+        run = ProbeRun.start(options, args.out)
+    fit = args.out / "fit.json"
     # One rung's server at a time: each takes about 6 GB, and the machine is shared.
     for position, rung in enumerate(rungs):
+        if not [q for q in run.pending() if q.key.target == rung.label]:
+            continue  # done in an earlier session
         tick = time.monotonic()
         url = start_rungs([rung], env)[rung]
         wall[f"{rung.label}: server set up and started"] = time.monotonic() - tick
         try:
-            if position == 0:
+            if not fit.exists():
                 tick = time.monotonic()
                 tokens, population = asyncio.run(
                     prompt_tokens(url, rung.model, files, args.fit_sample, args.seed)
                 )
+                fit.write_text(json.dumps({"tokens": tokens, "population": population}))
                 wall["tokenizing the fit sample"] = time.monotonic() - tick
             with proxy_in_front({rung: url}, args.out) as proxy_url:
-                targets = tuple(
-                    Target(r.label, url if r == rung else "http://127.0.0.1:9/v1", r.model)
-                    for r in rungs
+                here = tuple(
+                    replace(t, base_url=url) if t.name == rung.label else t for t in targets
                 )
-                if run is None and args.resume and (args.out / OPTIONS_FILE).exists():
-                    run = ProbeRun.resume(args.out)
-                if run is None:
-                    options = ProbeOptions(
-                        results=tuple(str(f) for f in files),
-                        targets=targets,
-                        contexts_per_file=args.contexts,
-                        context_seed=args.seed,
-                        proxy_url=proxy_url,
-                        proxy_failing_only=True,
-                        ask=AskSettings(
-                            max_tokens=args.max_tokens,
-                            concurrency=args.concurrency,
-                            timeout=900.0,
-                        ),
-                    )
-                    run = ProbeRun.start(options, args.out)
-                run.options = _with_urls(run.options, targets, proxy_url)
+                run.options = _with_urls(run.options, here, proxy_url)
                 tick = time.monotonic()
                 ask_pending(run, console, only=rung.label)
                 wall[f"{rung.label}: probe (direct, then failures through the proxy)"] = (
@@ -395,8 +404,20 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if not (args.keep_top and position == 0):
                 stop_rungs([rung], env)
-    wall["total"] = time.monotonic() - started
-    assert run is not None
+    saved: dict[str, Any] = (
+        json.loads(fit.read_text()) if fit.exists() else {"tokens": [], "population": 0}
+    )
+    tokens, population = [int(t) for t in saved["tokens"]], int(saved["population"])
+    wall["total (this session)"] = time.monotonic() - started
+    # Wall times of earlier sessions of the same run (--resume) are kept beside the answers.
+    sessions = args.out / "wall.json"
+    earlier = json.loads(sessions.read_text()) if sessions.exists() else []
+    sessions.write_text(json.dumps([*earlier, wall], indent=2))
+    wall = {
+        (k if i == len(earlier) else f"session {i + 1}: {k}"): v
+        for i, session in enumerate([*earlier, wall])
+        for k, v in session.items()
+    }
     figures, path, _ = finish_probe(
         run, console, resamples=args.resamples, title="Precision ladder (evalkit probe)"
     )

@@ -69,6 +69,7 @@ class TargetFigures:
     too_long: int
     rejected: int
     window: int | None
+    calling: int  # answers with at least one parsed tool call
     channels: dict[str, Rate]  # ANSWER_CHANNELS and ANY
     agreement: dict[str, Rate]
 
@@ -80,6 +81,7 @@ class TargetFigures:
             "too_long": self.too_long,
             "rejected": self.rejected,
             "window": self.window,
+            "with_tool_calls": self.calling,
             "channels": {k: v.to_dict() for k, v in self.channels.items()},
             "agreement": {k: v.to_dict() for k, v in self.agreement.items()},
         }
@@ -215,6 +217,7 @@ def target_figures(
         too_long=sum(1 for a in mine if a.status == "too_long"),
         rejected=sum(1 for a in mine if a.status == "rejected"),
         window=window if window is not None else (max(limits) if limits else None),
+        calling=sum(1 for a in answered if (a.message or {}).get("tool_calls")),
         channels=_rates(indicators, clusters, [*channel_names, ANY], resamples, seed),
         agreement=_rates(agreement_rows, clusters, AGREEMENTS, resamples, seed),
     )

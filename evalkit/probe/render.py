@@ -44,7 +44,15 @@ def tables(figures: ProbeFigures) -> list[Table]:
         Table(
             title="Answers per target",
             columns=columns(
-                "target", "model", "asked", "answered", "too long", "window", "rejected", text=2
+                "target",
+                "model",
+                "asked",
+                "answered",
+                "with a tool call",
+                "too long",
+                "window",
+                "rejected",
+                text=2,
             ),
             rows=[
                 [
@@ -52,13 +60,15 @@ def tables(figures: ProbeFigures) -> list[Table]:
                     t.target.model,
                     str(t.asked),
                     str(t.answered),
+                    str(t.calling),
                     str(t.too_long),
                     "—" if t.window is None else str(t.window),
                     str(t.rejected),
                 ]
                 for t in figures.targets
             ],
-            note="Direct answers. Too long: the prompt (with max_tokens) did not fit the model's "
+            note="Direct answers. With a tool call: answers the server parsed at least one call "
+            "from (calls left in the text count as leaked_tool_call below). Too long: the prompt (with max_tokens) did not fit the model's "
             "window (its max_model_len), so the context was skipped and counted here.",
         ),
         Table(
@@ -106,9 +116,9 @@ def tables(figures: ProbeFigures) -> list[Table]:
                     "Spearman correlation of failure signatures ((context, channel) counts): "
                     f"{_num(pair.signature_correlation)}; novel share (of {pair.other}'s failures, "
                     f"those whose signature {pair.reference} never shows): "
-                    f"{_pct(pair.novel_share)}%.",
+                    f"{_share(pair.novel_share)}.",
                     f"Wrong tool names: Spearman {_num(pair.tool_name_correlation)}, novel share "
-                    f"{_pct(pair.novel_tool_name_share)}%.",
+                    f"{_share(pair.novel_tool_name_share)}.",
                 ),
             )
         )
@@ -141,6 +151,10 @@ def tables(figures: ProbeFigures) -> list[Table]:
             )
         )
     return out
+
+
+def _share(value: float | None) -> str:
+    return "— (no failures)" if value is None else f"{_pct(value)}%"
 
 
 def _num(value: float | None) -> str:

@@ -8,7 +8,12 @@ model's maximum context length), or fail with 503 after some requests (an endpoi
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +46,7 @@ class Gate:
     max_body: int | None = None  # longer request bodies get vLLM's window error
     fail_after: int | None = None  # requests after this many get HTTP 503
     fail_first: int = 0  # the first n requests get HTTP 503 (then it recovers)
+    delay: float = 0.0  # seconds before each answer after the first
     requests: int = 0
 
 
@@ -62,6 +68,8 @@ def gated_sim(gate: Gate) -> Starlette:
             )
             error = {"message": message, "type": "BadRequestError", "param": None, "code": 400}
             return JSONResponse({"error": error}, 400)
+        if gate.delay and gate.requests > 1:
+            await asyncio.sleep(gate.delay)
         async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
             answer = await client.post(
                 "/v1/chat/completions",
@@ -250,7 +258,7 @@ def test_prompts_longer_than_the_window_are_skipped_and_counted_with_the_limit(
     assert target["answered"] == 0
     assert {a["limit"] for a in data["answers"]} == {WINDOW}
     assert (
-        f"| a | sim-bf16 | {target['asked']} | 0 | {target['asked']} | {WINDOW} | 0 |"
+        f"| a | sim-bf16 | {target['asked']} | 0 | 0 | {target['asked']} | {WINDOW} | 0 |"
         in (out / "probe.md").read_text()
     )
 
@@ -280,6 +288,38 @@ def test_an_endpoint_that_is_down_exits_non_zero_and_nothing_is_lost(
     assert len(keys) == len(set(keys)) == data["contexts"]["selected"]
     # Only the missing questions were asked again.
     assert upstream.gate.requests - requests_before == len(keys) - 5
+
+
+def test_ctrl_c_keeps_the_finished_answers_and_resume_asks_the_rest(
+    recorded: Path, upstream: Upstream, tmp_path: Path
+) -> None:
+    upstream.gate.delay = 10.0  # the first answer comes at once, the next ones hang
+    out = tmp_path / "probe"
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "evalkit.cli", "probe", str(recorded), "--target",
+            f"a={upstream.url},sim-bf16", "--concurrency", "1", "--out", str(out), "--quiet",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    journal = out / "answers.jsonl"
+    deadline = time.monotonic() + 60
+    while not (journal.exists() and journal.read_text().count("\n") >= 1):
+        assert process.poll() is None, process.communicate()[1]
+        assert time.monotonic() < deadline, "no answer landed within 60 s"
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert f"finish with: evalkit probe --resume {out}" in err.replace("\n", "")
+    assert len(journal.read_text().splitlines()) == 1
+    upstream.gate.delay = 0.0
+    resumed = probe("--resume", str(out))
+    assert resumed.exit_code == 0, resumed.output
+    data = read(out)
+    assert data["complete"] is True
+    assert len(data["answers"]) == data["contexts"]["selected"]
 
 
 def test_infrastructure_errors_are_retried_and_the_answer_kept(
