@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     targets = tuple(Target(r.label, unreachable, r.model) for r in rungs)
     if args.resume and (args.out / OPTIONS_FILE).exists():
         run = ProbeRun.resume(args.out)
-        run.options = _with_urls(run.options, targets, unreachable)
+        run.retarget(targets, unreachable)
     else:
         options = ProbeOptions(
             results=tuple(str(f) for f in files),
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
                 here = tuple(
                     replace(t, base_url=url) if t.name == rung.label else t for t in targets
                 )
-                run.options = _with_urls(run.options, here, proxy_url)
+                run.retarget(here, proxy_url)
                 tick = time.monotonic()
                 ask_pending(run, console, only=rung.label)
                 wall[f"{rung.label}: probe (direct, then failures through the proxy)"] = (
@@ -427,11 +427,6 @@ def main(argv: list[str] | None = None) -> int:
         write_markdown(RESULTS, figures, run, rungs, tokens, population, args.max_model_len, wall)
         print(f"ladder: wrote {RESULTS} (answers in {path})")
     return 0
-
-
-def _with_urls(options: ProbeOptions, targets: tuple[Target, ...], proxy_url: str) -> ProbeOptions:
-    """The saved options with this session's server and proxy URLs (ports change on restart)."""
-    return replace(options, targets=targets, proxy_url=proxy_url)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -140,6 +140,23 @@ class ProbeRun:
         except (OSError, json.JSONDecodeError) as exc:
             raise UsageError(f"{path}: cannot read the saved options: {exc}") from exc
         return cls(ProbeOptions.from_dict(data), out)
+
+    def retarget(self, targets: tuple[Target, ...], proxy_url: str | None) -> None:
+        """Serve the same targets, or a changed list, at new URLs (servers restarted on other
+        ports): the options are saved again and the journal read again for these targets.
+
+        Raises:
+            UsageError: on targets that cannot run (see `ProbeOptions.check`).
+        """
+        self.options = replace(self.options, targets=targets, proxy_url=proxy_url)
+        self.options.check()
+        write_json_atomic(self.out / OPTIONS_FILE, self.options.to_dict())
+        answers, self.broken_lines = self.journal.read()
+        names = {t.name for t in targets}
+        known = {c.id for c in self.contexts.contexts}
+        self.answers = {
+            k: a for k, a in answers.items() if k.context in known and k.target in names
+        }
 
     def pending(self) -> list[Question]:
         """The questions still to ask (with `proxy_failing_only`, as far as known so far)."""
