@@ -31,6 +31,7 @@ from proxy.protocols.messages import MessagesProtocol
 from proxy.protocols.responses import ResponsesProtocol
 from proxy.session import open_store
 from proxy.session.stores import SessionStore
+from proxy.shadow import open_shadow
 from proxy.upstream import AiohttpUpstream, Router, Upstream
 
 _GC_YOUNG_THRESHOLD = 50_000
@@ -190,6 +191,15 @@ def create_app(
     metrics = Metrics(multiprocess_dir=metrics_dir)
     unknown = UnknownToolStats()
     pipeline = Pipeline(settings, router, session_store, metrics, unknown)
+    injected = None if settings.upstreams else settings.shadow.reference
+    pipeline.shadow = shadow = open_shadow(
+        settings,
+        metrics=metrics,
+        store=session_store,
+        environ=environ or {},
+        reference=next((u for u in upstreams if u.name == injected), None),
+        worker_log_suffix=metrics_dir is not None,
+    )
     keys = Keys(settings)
     log = get_logger()
 
@@ -205,6 +215,8 @@ def create_app(
         # allocations finds most of a request's objects already freed by reference counting.
         gc.set_threshold(_GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
         yield
+        if shadow is not None:
+            await shadow.close()
         await router.close()
         await session_store.close()
 
@@ -221,6 +233,7 @@ def create_app(
     app.state.pipeline = pipeline
     app.state.metrics = metrics
     app.state.store = session_store
+    app.state.shadow = shadow
 
     @app.exception_handler(ToolsentryError)
     async def on_toolsentry_error(request: Request, exc: ToolsentryError) -> Response:
@@ -267,6 +280,7 @@ def create_app(
         metrics=metrics,
         unknown=unknown,
         keys=keys,
+        shadow=shadow,
     )
     passthrough = Passthrough(router, keys, settings.max_body_bytes)
 

@@ -42,8 +42,10 @@ from proxy.errors import (
     UpstreamProtocolError,
     UpstreamTimeoutError,
 )
+from proxy.guard.toolcheck import validate
 from proxy.logs import get_logger
 from proxy.metrics import Metrics, ShadowMetrics
+from proxy.protocols.base import TurnView, WireProtocol
 from proxy.session.stores import SessionStore
 from proxy.shadowstats import (
     DROPPED,
@@ -90,6 +92,28 @@ class ShadowRequest:
     judge: Judge
     request_id: str | None = None
     primary_body: Any = None
+
+
+def judge_for(protocol: WireProtocol, view: TurnView, upstream: str) -> Judge:
+    """The judge of a reference's reply to a request of `protocol` seen as `view`: the adapter
+    reads the reply, the guard checks its first choice against the request's own tools and
+    tool_choice, as it checked the primary's."""
+
+    def judge(data: Any) -> Decision:
+        reply = protocol.read(data, upstream)
+        if not reply.choices:
+            raise UpstreamProtocolError(f"upstream {upstream} answered without a choice")
+        choice = reply.choices[0]
+        found = validate(
+            choice.message,
+            None,
+            view.tool_choice,
+            finish_reason=choice.finish_reason,
+            index=view.index,
+        )
+        return Decision.of_message(choice.message, found)
+
+    return judge
 
 
 def check_shadow(settings: Settings) -> UpstreamConfig | None:
@@ -321,6 +345,8 @@ class Shadow:
             out.append({"model": model, "reference": reference, **figures(Tally.parse(fields))})
         return {
             "object": "shadow.stats",
+            "enabled": True,
+            "reference": self.reference_name,
             "sample": self.config.sample,
             "in_flight": self.in_flight,
             "max_in_flight": self.config.max_in_flight,

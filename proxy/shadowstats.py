@@ -106,6 +106,17 @@ class Decision:
         failures = tuple(signature_of(v) for v in violations)
         return cls(tuple(names), tuple(arguments), failures)
 
+    @classmethod
+    def of_message(cls, message: Mapping[str, Any], violations: Iterable[Violation]) -> Decision:
+        """The decision of an assistant message in the guard's shape (`tool_calls` of
+        `{"function": {"name", "arguments"}}`) that the guard judged with `violations`."""
+        calls = []
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(function, Mapping):
+                calls.append((str(function.get("name", "")), function.get("arguments")))
+        return cls.of(calls, violations)
+
     def to_dict(self) -> dict[str, Any]:
         """The log's form of the decision: names and channels, never argument values."""
         return {

@@ -14,6 +14,7 @@ from proxy.http.auth import Keys
 from proxy.http.replies import JSONReply
 from proxy.metrics import CONTENT_TYPE, Metrics, UnknownToolStats
 from proxy.session.stores import SessionStore
+from proxy.shadow import Shadow
 from proxy.upstream import Router
 
 
@@ -26,6 +27,7 @@ def add_routes(
     metrics: Metrics,
     unknown: UnknownToolStats,
     keys: Keys,
+    shadow: Shadow | None = None,
 ) -> None:
     """Register the routes on `app`."""
 
@@ -93,6 +95,14 @@ def add_routes(
         if not await store.delete(session_id):
             raise NotFoundError(f"no session '{session_id}'", param="session_id")
         return JSONReply(orjson.dumps({"id": session_id, "deleted": True}))
+
+    @app.get("/v1/stats/shadow")
+    async def shadow_stats(request: Request) -> Response:
+        keys.require_admin(request.headers)
+        if shadow is None:
+            off = {"object": "shadow.stats", "enabled": False, "data": []}
+            return JSONReply(orjson.dumps(off))
+        return JSONReply(orjson.dumps(await shadow.stats()))
 
     @app.get("/v1/stats/unknown-tools")
     async def unknown_tool_stats(request: Request, limit: int = 20) -> Response:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+import structlog
 
 from proxy.config import Settings
 from proxy.errors import (
@@ -37,6 +38,8 @@ from proxy.pipeline.report import TurnReport
 from proxy.protocols.base import Choice, Message, Settled, TurnView, WireProtocol
 from proxy.session.budget import ErrorBudget, ExhaustionPolicy, resolve_session
 from proxy.session.stores import SessionRecord, SessionStore
+from proxy.shadow import Shadow, ShadowRequest, judge_for
+from proxy.shadowstats import Decision
 from proxy.upstream import (
     Router,
     Upstream,
@@ -84,6 +87,8 @@ class Pipeline:
             max_schema_depth=settings.max_schema_depth,
         )
         self._session_headers = tuple(name.lower() for name in settings.session_headers)
+        # Set by the app when shadow comparison is on (proxy/shadow.py).
+        self.shadow: Shadow | None = None
         self._model_labels: set[str] = set()
 
     async def begin(
@@ -129,6 +134,7 @@ class Pipeline:
         turn = Turn(self, protocol, body, view, headers, exchange, model, session, budget, repair)
         turn.upstream = upstream
         turn.record = record
+        turn.shadowed = self.shadow is not None and self.shadow.wants(model, session)
         exchange.turn = turn
         if budget.exhausted(record.errors) and budget.policy is not ExhaustionPolicy.OBSERVE:
             self.metrics.budget_exhausted.labels(model, protocol.api).inc()
@@ -238,6 +244,7 @@ class Turn:
         "_pipeline",
         "_repaired",
         "_responses",
+        "_shadow_first",
         "_started",
         "_unrepaired",
         "body",
@@ -250,6 +257,7 @@ class Turn:
         "record",
         "repair",
         "session",
+        "shadowed",
         "upstream",
         "upstream_seconds",
         "view",
@@ -290,6 +298,8 @@ class Turn:
         self._outcomes: Counter[str] = Counter()
         self._failed = False
         self._responses: list[str] = []
+        self.shadowed = False
+        self._shadow_first: tuple[Message, list[Violation]] | None = None
         self._closed: TurnReport | None = None
 
     # -- the upstream ---------------------------------------------------------------------------
@@ -355,6 +365,8 @@ class Turn:
         view, settings = self.view, self._pipeline.settings
         message, reason = choice.message, choice.finish_reason
         found = validate(message, None, view.tool_choice, finish_reason=reason, index=view.index)
+        if self.shadowed and self._shadow_first is None and choice.index == 0:
+            self._shadow_first = (message, found)  # the upstream's first answer, before repair
         if not found:
             self._outcomes["valid"] += len(message.get("tool_calls") or ())
             return Settled(choice.index, message, reason, False)
@@ -533,7 +545,26 @@ class Turn:
         if pipeline.settings.log_bodies:
             fields["body"] = self.body
         log_request(fields)
+        if self._shadow_first is not None and status == 200 and pipeline.shadow is not None:
+            pipeline.shadow.submit(self._shadow_request(pipeline.shadow))
         return report
+
+    def _shadow_request(self, shadow: Shadow) -> ShadowRequest:
+        """What the shadow sends the reference: this turn's request as its first attempt sent
+        it, and the primary's first answer, decided."""
+        message, found = self._shadow_first or ({}, [])
+        return ShadowRequest(
+            model=self.model,
+            session=self.session,
+            api=self.protocol.api,
+            path=self.protocol.path,
+            body=self.body,
+            headers=self.forward,
+            primary=Decision.of_message(message, found),
+            judge=judge_for(self.protocol, self.view, shadow.reference_name),
+            request_id=structlog.contextvars.get_contextvars().get("request_id"),
+            primary_body=message,
+        )
 
 
 def beyond(delivered: list[Violation], found: list[Violation]) -> list[Violation]:

@@ -9,14 +9,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+import openai
 import orjson
 import pytest
 from typer.testing import CliRunner
 
+from proxy.app import create_app
 from proxy.cli import app as cli_app
 from proxy.config import Settings, ShadowConfig, UpstreamConfig, load_settings
 from proxy.errors import ConfigError
@@ -26,7 +30,16 @@ from proxy.session.sqlite_store import SqliteStore
 from proxy.session.stores import MemoryStore, SessionStore
 from proxy.shadow import Shadow, ShadowLog, ShadowRequest, open_shadow, reference_upstream
 from proxy.shadowstats import Decision
-from proxy.testing import Fault, LoopbackServer, ScriptedUpstream, completion, free_port, tool_call
+from proxy.testing import (
+    Fault,
+    LoopbackServer,
+    ScriptedUpstream,
+    answer,
+    call,
+    completion,
+    free_port,
+    tool_call,
+)
 from tests.proxy.builders import RETAIL_TOOLS
 from tests.proxy.metrics_text import metric as sample
 
@@ -344,3 +357,78 @@ def test_open_shadow_builds_nothing_when_off_and_a_worker_log_per_process(
     assert shadow.reference_model == "gemma-bf16"
     assert shadow.log_path == tmp_path / f"shadow.{os.getpid()}.jsonl"
     asyncio.run(shadow.close())
+
+
+def test_every_protocol_is_shadowed_through_the_real_proxy_and_the_client_gets_its_repair(
+    reference: Reference,
+) -> None:
+    primary = ScriptedUpstream(
+        [
+            answer(None, call("lookup_order", {"order_id": "#W1"})),  # chat: first answer
+            answer(None, call("get_order_details", {"order_id": "#W1"})),  # chat: re-ask
+            answer(None, call("lookup_order", {"order_id": "#W1"})),  # responses: first
+            answer(None, call("get_order_details", {"order_id": "#W1"})),  # responses: re-ask
+        ]
+    )
+    reference.script.push(answer(None, call("get_order_details", {"order_id": "#W1"})))
+    with LoopbackServer(primary.app) as served:
+        settings = Settings(
+            upstreams=[
+                {"name": "int4", "base_url": f"{served.url}/v1", "models": ["gemma-int4"]},
+                reference.entry.model_dump(),
+            ],
+            shadow={"reference": "bf16", "sample": 1.0},
+            admin_key="admin-secret",
+        )
+        with LoopbackServer(create_app(settings, environ={})) as proxy:
+            client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+            chat = client.chat.completions.create(
+                model="gemma-int4", messages=REQUEST["messages"], tools=RETAIL_TOOLS
+            )
+            responses = client.responses.create(
+                model="gemma-int4",
+                input="where is order #W1?",
+                tools=[
+                    {"type": "function", "name": t["function"]["name"], **t["function"]}
+                    for t in RETAIL_TOOLS
+                ],
+            )
+            client.close()
+            with httpx.Client(base_url=proxy.url, timeout=30) as http:
+                assert http.get("/v1/stats/shadow").status_code == 401
+                stats = settled(http)
+                text = http.get("/metrics").text
+    # The client got the repaired call; the shadow compared the model's first answer.
+    assert chat.choices[0].message.tool_calls[0].function.name == "get_order_details"
+    assert [i.name for i in responses.output if i.type == "function_call"] == ["get_order_details"]
+    (entry,) = stats["data"]
+    assert (entry["pairs"], entry["outcomes"]["primary_only"]) == (2, 2)
+    assert entry["signatures"]["top"]["primary"] == [
+        {"channel": "unknown_tool", "tool": "lookup_order", "count": 2}
+    ]
+    paths = reference.script.paths
+    assert "/v1/chat/completions" in paths
+    assert "/v1/responses" in paths
+    for api in ("chat", "responses"):
+        labels = {"model": "gemma-int4", "reference": "bf16", "api": api}
+        assert sample(text, "toolsentry_shadow_pairs_total", outcome="primary_only", **labels) == 1
+
+
+def settled(http: httpx.Client) -> dict[str, Any]:
+    headers = {"x-admin-key": "admin-secret"}
+    for _ in range(400):
+        stats: dict[str, Any] = http.get("/v1/stats/shadow", headers=headers).json()
+        if stats["in_flight"] == 0 and stats["data"] and stats["data"][0]["pairs"] >= 2:
+            return stats
+        time.sleep(0.025)
+    return stats
+
+
+def test_the_stats_say_so_when_shadowing_is_off(make_proxy: Any) -> None:
+    proxy = make_proxy()
+    with proxy.http() as http:
+        assert http.get("/v1/stats/shadow").json() == {
+            "object": "shadow.stats",
+            "enabled": False,
+            "data": [],
+        }
