@@ -5,6 +5,9 @@ One run starts a canned upstream (bench/fake_upstream.py), then each target in f
 - `direct`        the upstream itself, no proxy;
 - `toolsentry`    `python -m proxy.cli serve --upstream …` as shipped: validation on, repair by
                   re-ask on, memory session store, per-request log to a file;
+- `toolsentry-shadow`
+                  the same with shadow comparison on every request (`sample: 1.0`), the fake
+                  upstream itself as the (fast) reference;
 - `pass-aiohttp`, `pass-httpx`
                   bench/passthrough.py: Starlette forwarding the body with no logic (the floor is
                   the faster of the two);
@@ -64,7 +67,8 @@ BENCH = ROOT / "bench"
 RESULTS = BENCH / "RESULTS.md"
 LUA = BENCH / "wrk_post.lua"
 LITELLM_VENV = Path.home() / ".cache" / "toolsentry" / "litellm"
-TARGETS = ("direct", "toolsentry", "pass-aiohttp", "pass-httpx", "litellm")
+SHADOW = "toolsentry-shadow"
+TARGETS = ("direct", "toolsentry", SHADOW, "pass-aiohttp", "pass-httpx", "litellm")
 BASELINE = "toolsentry-baseline"
 SECTION_BEGIN = "<!-- overhead.py:begin -->"
 SECTION_END = "<!-- overhead.py:end -->"
@@ -77,6 +81,8 @@ GOAL_ADDED_P99_MS = 2.0
 GOAL_THROUGHPUT_OF_FLOOR = 0.70
 GOAL_THROUGHPUT_OF_LITELLM = 20.0
 GOAL_ADDED_TTFT_MS = 1.0
+GOAL_SHADOW_ADDED_P50_MS = 0.1  # beside shadowing off
+GOAL_SHADOW_THROUGHPUT = 0.80  # of shadowing off, every request shadowed
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 
@@ -544,7 +550,7 @@ def servers(
         )
         commands: dict[str, tuple[list[str], dict[str, str]]] = {}
         port = {name: free_port() for name in [*wanted, BASELINE]}
-        for name in ("toolsentry", BASELINE):
+        for name in ("toolsentry", BASELINE, SHADOW):
             if name in wanted:
                 commands[name] = (
                     [
@@ -557,7 +563,14 @@ def servers(
                         "--port",
                         str(port[name]),
                     ],
-                    {},
+                    # Every session shadowed; the reference is the fake upstream itself (a fast
+                    # one, named after its address), so the copy costs the proxy, not a model.
+                    {
+                        "TOOLSENTRY_SHADOW_REFERENCE": f"127.0.0.1:{upstream_port}",
+                        "TOOLSENTRY_SHADOW_SAMPLE": "1.0",
+                    }
+                    if name == SHADOW
+                    else {},
                 )
         for client in ("aiohttp", "httpx"):
             if f"pass-{client}" in wanted:
@@ -883,6 +896,24 @@ def headline(outcomes: dict[str, Outcome]) -> tuple[list[list[str]], list[list[s
             f"≥ {GOAL_THROUGHPUT_OF_LITELLM:.0f}×, lower",
             times >= GOAL_THROUGHPUT_OF_LITELLM and lower,
         )
+    shadow = outcomes.get(SHADOW)
+    if shadow is not None and shadow.samples and ts_add50 is not None:
+        shadow_add50 = added(shadow, direct, "c1", "p50_us")
+        more = None if shadow_add50 is None else (shadow_add50 - ts_add50) / 1000
+        goal(
+            "shadowing on: added p50 beside off",
+            "–" if more is None else f"{more:+.3f} ms",
+            f"≤ {GOAL_SHADOW_ADDED_P50_MS} ms",
+            None if more is None else more <= GOAL_SHADOW_ADDED_P50_MS,
+        )
+        shadow_rps = shadow.median("c64", "rps")
+        if shadow_rps is not None and ts_rps:
+            goal(
+                "shadowing on: c64 req/s of off",
+                f"{shadow_rps / ts_rps:.0%}",
+                f"≥ {GOAL_SHADOW_THROUGHPUT:.0%}",
+                shadow_rps / ts_rps >= GOAL_SHADOW_THROUGHPUT,
+            )
     ttft_added = added(ts, direct, "ttft", "p50_us")
     goal(
         "added TTFT p50",
