@@ -563,11 +563,13 @@ def servers(
                         "--port",
                         str(port[name]),
                     ],
-                    # Every session shadowed; the reference is the fake upstream itself (a fast
-                    # one, named after its address), so the copy costs the proxy, not a model.
+                    # Every request shadowed (room for c64 in flight, so none is dropped); the
+                    # reference is the fake upstream itself (a fast one, named after its
+                    # address), so the copy costs the proxy, not a model.
                     {
                         "TOOLSENTRY_SHADOW_REFERENCE": f"127.0.0.1:{upstream_port}",
                         "TOOLSENTRY_SHADOW_SAMPLE": "1.0",
+                        "TOOLSENTRY_SHADOW_MAX_IN_FLIGHT": str(2 * HIGH_CONCURRENCY),
                     }
                     if name == SHADOW
                     else {},
