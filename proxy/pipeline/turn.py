@@ -299,7 +299,7 @@ class Turn:
         self._failed = False
         self._responses: list[str] = []
         self.shadowed = False
-        self._shadow_first: tuple[Message, list[Violation]] | None = None
+        self._shadow_first: tuple[Decision, Message] | None = None
         self._closed: TurnReport | None = None
 
     # -- the upstream ---------------------------------------------------------------------------
@@ -366,7 +366,8 @@ class Turn:
         message, reason = choice.message, choice.finish_reason
         found = validate(message, None, view.tool_choice, finish_reason=reason, index=view.index)
         if self.shadowed and self._shadow_first is None and choice.index == 0:
-            self._shadow_first = (message, found)  # the upstream's first answer, before repair
+            # The upstream's first answer, decided now: a repair may change the message later.
+            self._shadow_first = (Decision.of_message(message, found), message)
         if not found:
             self._outcomes["valid"] += len(message.get("tool_calls") or ())
             return Settled(choice.index, message, reason, False)
@@ -545,14 +546,15 @@ class Turn:
         if pipeline.settings.log_bodies:
             fields["body"] = self.body
         log_request(fields)
-        if self._shadow_first is not None and status == 200 and pipeline.shadow is not None:
-            pipeline.shadow.submit(self._shadow_request(pipeline.shadow))
+        # Whatever the client got (a repair, a 422 of on_unrepaired: reject, a stream it left),
+        # the model answered once: that first answer is compared.
+        if self._shadow_first is not None and pipeline.shadow is not None:
+            pipeline.shadow.submit(self._shadow_request(pipeline.shadow, *self._shadow_first))
         return report
 
-    def _shadow_request(self, shadow: Shadow) -> ShadowRequest:
+    def _shadow_request(self, shadow: Shadow, primary: Decision, message: Message) -> ShadowRequest:
         """What the shadow sends the reference: this turn's request as its first attempt sent
         it, and the primary's first answer, decided."""
-        message, found = self._shadow_first or ({}, [])
         return ShadowRequest(
             model=self.model,
             session=self.session,
@@ -560,7 +562,7 @@ class Turn:
             path=self.protocol.path,
             body=self.body,
             headers=self.forward,
-            primary=Decision.of_message(message, found),
+            primary=primary,
             judge=judge_for(self.protocol, self.view, shadow.reference_name),
             request_id=structlog.contextvars.get_contextvars().get("request_id"),
             primary_body=message,

@@ -414,11 +414,11 @@ def test_every_protocol_is_shadowed_through_the_real_proxy_and_the_client_gets_i
         assert sample(text, "toolsentry_shadow_pairs_total", outcome="primary_only", **labels) == 1
 
 
-def settled(http: httpx.Client) -> dict[str, Any]:
+def settled(http: httpx.Client, pairs: int = 2) -> dict[str, Any]:
     headers = {"x-admin-key": "admin-secret"}
     for _ in range(400):
         stats: dict[str, Any] = http.get("/v1/stats/shadow", headers=headers).json()
-        if stats["in_flight"] == 0 and stats["data"] and stats["data"][0]["pairs"] >= 2:
+        if stats["in_flight"] == 0 and stats["data"] and stats["data"][0]["pairs"] >= pairs:
             return stats
         time.sleep(0.025)
     return stats
@@ -432,3 +432,30 @@ def test_the_stats_say_so_when_shadowing_is_off(make_proxy: Any) -> None:
             "enabled": False,
             "data": [],
         }
+
+
+def test_a_turn_the_client_got_refused_is_compared_on_the_models_first_answer(
+    reference: Reference,
+) -> None:
+    primary = ScriptedUpstream([answer(None, call("lookup_order", {"order_id": "#W1"}))])
+    reference.script.push(answer(None, call("get_order_details", {"order_id": "#W1"})))
+    with LoopbackServer(primary.app) as served:
+        settings = Settings(
+            upstreams=[
+                {"name": "int4", "base_url": f"{served.url}/v1", "models": ["gemma-int4"]},
+                reference.entry.model_dump(),
+            ],
+            shadow={"reference": "bf16", "sample": 1.0},
+            on_unrepaired="reject",
+            admin_key="admin-secret",
+        )
+        with (
+            LoopbackServer(create_app(settings, environ={})) as proxy,
+            httpx.Client(base_url=proxy.url, timeout=30) as http,
+        ):
+            body = {k: v for k, v in REQUEST.items() if not k.startswith("stream")}
+            refused = http.post("/v1/chat/completions", json=body)
+            stats = settled(http, pairs=1)
+    assert refused.status_code == 422
+    (entry,) = stats["data"]
+    assert (entry["pairs"], entry["outcomes"]["primary_only"]) == (1, 1)
