@@ -359,6 +359,19 @@ def test_open_shadow_builds_nothing_when_off_and_a_worker_log_per_process(
     asyncio.run(shadow.close())
 
 
+def shadowed_settings(served: LoopbackServer, reference: Reference, **extra: Any) -> Settings:
+    """A proxy serving gemma-int4 from `served`, every session shadowed by `reference`."""
+    return Settings(
+        upstreams=[
+            {"name": "int4", "base_url": f"{served.url}/v1", "models": ["gemma-int4"]},
+            reference.entry.model_dump(),
+        ],
+        shadow={"reference": "bf16", "sample": 1.0},
+        admin_key="admin-secret",
+        **extra,
+    )
+
+
 def test_every_protocol_is_shadowed_through_the_real_proxy_and_the_client_gets_its_repair(
     reference: Reference,
 ) -> None:
@@ -372,14 +385,7 @@ def test_every_protocol_is_shadowed_through_the_real_proxy_and_the_client_gets_i
     )
     reference.script.push(answer(None, call("get_order_details", {"order_id": "#W1"})))
     with LoopbackServer(primary.app) as served:
-        settings = Settings(
-            upstreams=[
-                {"name": "int4", "base_url": f"{served.url}/v1", "models": ["gemma-int4"]},
-                reference.entry.model_dump(),
-            ],
-            shadow={"reference": "bf16", "sample": 1.0},
-            admin_key="admin-secret",
-        )
+        settings = shadowed_settings(served, reference)
         with LoopbackServer(create_app(settings, environ={})) as proxy:
             client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
             chat = client.chat.completions.create(
@@ -440,15 +446,7 @@ def test_a_turn_the_client_got_refused_is_compared_on_the_models_first_answer(
     primary = ScriptedUpstream([answer(None, call("lookup_order", {"order_id": "#W1"}))])
     reference.script.push(answer(None, call("get_order_details", {"order_id": "#W1"})))
     with LoopbackServer(primary.app) as served:
-        settings = Settings(
-            upstreams=[
-                {"name": "int4", "base_url": f"{served.url}/v1", "models": ["gemma-int4"]},
-                reference.entry.model_dump(),
-            ],
-            shadow={"reference": "bf16", "sample": 1.0},
-            on_unrepaired="reject",
-            admin_key="admin-secret",
-        )
+        settings = shadowed_settings(served, reference, on_unrepaired="reject")
         with (
             LoopbackServer(create_app(settings, environ={})) as proxy,
             httpx.Client(base_url=proxy.url, timeout=30) as http,
