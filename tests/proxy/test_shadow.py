@@ -457,3 +457,34 @@ def test_a_turn_the_client_got_refused_is_compared_on_the_models_first_answer(
     assert refused.status_code == 422
     (entry,) = stats["data"]
     assert (entry["pairs"], entry["outcomes"]["primary_only"]) == (1, 1)
+
+
+def test_a_messages_turn_is_shadowed_on_the_messages_route(reference: Reference) -> None:
+    primary = ScriptedUpstream([answer(None, call("lookup_order", {"order_id": "#W1"}))])
+    reference.script.push(answer(None, call("get_order_details", {"order_id": "#W1"})))
+    tools = [
+        {
+            "name": t["function"]["name"],
+            "description": t["function"]["description"],
+            "input_schema": t["function"]["parameters"],
+        }
+        for t in RETAIL_TOOLS
+    ]
+    body = {
+        "model": "gemma-int4",
+        "max_tokens": 64,
+        "messages": REQUEST["messages"],
+        "tools": tools,
+    }
+    with (
+        LoopbackServer(primary.app) as served,
+        LoopbackServer(
+            create_app(shadowed_settings(served, reference, repair="off"), environ={})
+        ) as proxy,
+        httpx.Client(base_url=proxy.url, timeout=30) as http,
+    ):
+        assert http.post("/v1/messages", json=body).status_code == 200
+        stats = settled(http, pairs=1)
+    assert "/v1/messages" in reference.script.paths
+    (entry,) = stats["data"]
+    assert (entry["pairs"], entry["outcomes"]["primary_only"]) == (1, 1)
