@@ -1,4 +1,5 @@
-# toolsentry proxy: slim Python, non-root, health-checked on /readyz.
+# toolsentry proxy alone (no evalkit, no numpy or matplotlib): slim Python, non-root, health-checked
+# on /readyz. tests/test_install.py runs its install step in a clean virtual environment.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
@@ -7,7 +8,6 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
-COPY evalkit ./evalkit
 RUN pip install --no-cache-dir '.[redis]' \
     && useradd --create-home --uid 10001 toolsentry \
     && mkdir -p /var/lib/toolsentry && chown toolsentry /var/lib/toolsentry

@@ -6,30 +6,43 @@ STAMP := $(VENV)/.installed
 # The real agent clients (Codex CLI, Claude Code), pinned in clients/package.json and its lock.
 CLIENTS_STAMP := clients/node_modules/.installed
 
-.PHONY: venv clients test check fmt lint types serve demo test-vllm bench clean
+.PHONY: system-deps venv clients test check static fmt lint types serve demo test-vllm bench clean
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[evalkit,dev]'
 	touch $(STAMP)
+
+# redis-server, chromium, promtool, wrk, Node.js: installed when missing (as root or with sudo -n),
+# else one line each saying how. Instant when all are there.
+system-deps:
+	scripts/system-deps
 
 clients: $(CLIENTS_STAMP)
 
-$(CLIENTS_STAMP): clients/package.json clients/package-lock.json
+$(CLIENTS_STAMP): clients/package.json clients/package-lock.json | system-deps
 	cd clients && npm ci --no-audit --no-fund
 	touch $(CLIENTS_STAMP)
 
-test: venv clients
-	$(BIN)/pytest -m "not vllm"
+# `make test COVERAGE=1` adds branch coverage (what `make check` and CI run); HYPOTHESIS_SEED=N
+# replays the property tests of a run that printed that seed (.ci/run does).
+PYTEST_OPTIONS := $(if $(COVERAGE),--cov --cov-report=term:skip-covered) \
+	$(if $(HYPOTHESIS_SEED),--hypothesis-seed=$(HYPOTHESIS_SEED))
 
-check: venv clients
+test: system-deps venv clients
+	$(BIN)/pytest -m "not vllm" $(PYTEST_OPTIONS)
+
+# Format check, lint and strict types: the first half of `make check`.
+static: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -m "not vllm" --cov --cov-report=term:skip-covered
+
+check: static
+	$(MAKE) test COVERAGE=1
 
 fmt: venv
 	$(BIN)/ruff format .

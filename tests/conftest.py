@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from proxy.logs import configure_logging
 from proxy.testing import free_port
 from tests.processes import stop_process
-from tests.require import require
+from tests.require import in_ci, require
 
 pytest_plugins = ("tests.require",)
 
@@ -34,7 +34,14 @@ def _quiet_logs() -> None:
 
 # Example counts stay as each test sets them; what changes is that a loaded machine (CI shares its
 # two cores with a vLLM server) can neither fail a test by drawing inputs slowly nor by a deadline.
-settings.register_profile("toolsentry", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Under CI a failing example is printed with its `@reproduce_failure` blob, and .ci/run prints the
+# run's seed (make test HYPOTHESIS_SEED=N replays it).
+settings.register_profile(
+    "toolsentry",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=in_ci(),
+)
 settings.load_profile("toolsentry")
 
 

@@ -45,22 +45,22 @@ async def run_async(
 ) -> str:
     """Run the agent on `question` and return its final answer (`api`: chat or responses)."""
     set_tracing_disabled(True)
-    client = AsyncOpenAI(
+    async with AsyncOpenAI(
         base_url=base_url, api_key="unused", default_headers={"x-session-id": session}
-    )
-    chosen: Model = (
-        OpenAIResponsesModel(model=model, openai_client=client)
-        if api == "responses"
-        else OpenAIChatCompletionsModel(model=model, openai_client=client)
-    )
-    agent = Agent(
-        name="retail support",
-        instructions="You are a retail support agent. Use the tools.",
-        tools=[get_order_status],
-        model=chosen,
-    )
-    result = await Runner.run(agent, question, max_turns=max_turns)
-    return str(result.final_output)
+    ) as client:
+        chosen: Model = (
+            OpenAIResponsesModel(model=model, openai_client=client)
+            if api == "responses"
+            else OpenAIChatCompletionsModel(model=model, openai_client=client)
+        )
+        agent = Agent(
+            name="retail support",
+            instructions="You are a retail support agent. Use the tools.",
+            tools=[get_order_status],
+            model=chosen,
+        )
+        result = await Runner.run(agent, question, max_turns=max_turns)
+        return str(result.final_output)
 
 
 def run(

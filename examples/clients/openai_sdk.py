@@ -62,28 +62,30 @@ def run(
     report: Callable[[str], None] = print,
 ) -> str:
     """Ask `question`, run the tool calls the model makes, and return its final answer."""
-    client = OpenAI(base_url=base_url, api_key="unused", default_headers={"x-session-id": session})
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a retail support agent. Use the tools."},
-        {"role": "user", "content": question},
-    ]
-    for _ in range(max_turns):
-        raw = client.chat.completions.with_raw_response.create(
-            model=model, messages=messages, tools=TOOLS, temperature=0
-        )
-        report(
-            f"session {raw.headers.get('x-toolsentry-session')}: "
-            f"errors {raw.headers.get('x-toolsentry-errors')}/{raw.headers.get('x-toolsentry-max-errors')}, "
-            f"repairs {raw.headers.get('x-toolsentry-repairs')}, "
-            f"violations [{raw.headers.get('x-toolsentry-violations', '')}]"
-        )
-        message = raw.parse().choices[0].message
-        if not message.tool_calls:
-            return message.content or ""
-        messages.append(message.model_dump(exclude_none=True))
-        for call in message.tool_calls:
-            result = execute(call.function.name, call.function.arguments)
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+    with OpenAI(
+        base_url=base_url, api_key="unused", default_headers={"x-session-id": session}
+    ) as client:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": "You are a retail support agent. Use the tools."},
+            {"role": "user", "content": question},
+        ]
+        for _ in range(max_turns):
+            raw = client.chat.completions.with_raw_response.create(
+                model=model, messages=messages, tools=TOOLS, temperature=0
+            )
+            report(
+                f"session {raw.headers.get('x-toolsentry-session')}: "
+                f"errors {raw.headers.get('x-toolsentry-errors')}/{raw.headers.get('x-toolsentry-max-errors')}, "
+                f"repairs {raw.headers.get('x-toolsentry-repairs')}, "
+                f"violations [{raw.headers.get('x-toolsentry-violations', '')}]"
+            )
+            message = raw.parse().choices[0].message
+            if not message.tool_calls:
+                return message.content or ""
+            messages.append(message.model_dump(exclude_none=True))
+            for call in message.tool_calls:
+                result = execute(call.function.name, call.function.arguments)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     raise RuntimeError(f"no final answer after {max_turns} turns")
 
 

@@ -22,6 +22,7 @@ from starlette.routing import Route
 from evalkit.agent import make_client
 from evalkit.domains import get_domain
 from evalkit.domains.base import Domain
+from tests.require import require
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,9 +41,10 @@ def _tau2_dir() -> Path | None:
 def tau2_dir() -> Path:
     found = _tau2_dir()
     if found is None:
-        pytest.skip(
+        require(
+            "tau2",
             "τ²-bench reference data not found: put it at ../shared/tau2 next to the repository "
-            "or point TAU2_DATA_DIR at a directory holding domains/retail and results/"
+            "or point TAU2_DATA_DIR at a directory holding domains/retail and results/",
         )
     return found
 
@@ -56,7 +58,9 @@ def _tau2_results_file(tau2_dir: Path, domain: str) -> Path:
     """τ²-bench's recorded gpt-4.1 run of `domain`; skips the test when it is missing."""
     path = tau2_dir / "results" / f"gpt-4.1_{domain}_1trial.json"
     if not path.is_file():
-        pytest.skip(f"τ²-bench {domain} results file missing: {path} (see shared/tau2/README.md)")
+        require(
+            "tau2", f"τ²-bench {domain} results file missing: {path} (see shared/tau2/README.md)"
+        )
     return path
 
 
@@ -74,8 +78,9 @@ def retail() -> Domain:
 def tau2_telecom(tau2_dir: Path) -> Domain:
     path = tau2_dir / "domains" / "telecom"
     if not (path / "db.toml").is_file():
-        pytest.skip(
-            f"τ²-bench telecom data missing: put db.toml, user_db.toml, tasks.json there: {path}"
+        require(
+            "tau2",
+            f"τ²-bench telecom data missing: put db.toml, user_db.toml, tasks.json there: {path}",
         )
     return get_domain("telecom", path)
 

@@ -33,12 +33,15 @@ from tests.evalkit.analysis.builders import (
     results,
     write,
 )
+from tests.require import needs
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="chromium not found: install Debian's 'chromium' package (apt-get install chromium) "
-    "to run the report rendering tests",
+needs_chromium = needs(
+    "chromium",
+    None
+    if CHROMIUM
+    else "chromium not found: install Debian's 'chromium' package (apt-get install chromium, "
+    "or run scripts/system-deps) to run the report rendering tests",
 )
 _CONSOLE = re.compile(r":CONSOLE[:(]")
 

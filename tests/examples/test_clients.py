@@ -1,35 +1,49 @@
-"""The client snippets in examples/clients/ run a real tool-calling loop over HTTP.
+"""The client snippets in examples/clients/ run a real tool-calling loop through the real proxy.
 
-They talk to a scripted OpenAI-compatible upstream on loopback: the first turn answers with a call
-to `get_order_status`, any turn that carries a tool result answers with text quoting it. The
-LangChain and Agents SDK snippets run only where those (optional) packages are installed.
+The proxy runs on loopback in front of the scripted upstream (proxy.testing): the first turn
+answers with a call to `get_order_status`, any turn that carries a tool result answers with text
+quoting it. The `x-toolsentry-*` headers the snippets read are the proxy's own. The LangChain and
+Agents SDK snippets run only where those (optional, dev) packages are installed.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import httpx
 import pytest
+
+from proxy.app import create_app
+from proxy.config import Settings
+from proxy.testing import LoopbackServer, ScriptedUpstream, completion, tool_call
 
 CLIENTS = Path(__file__).resolve().parents[2] / "examples" / "clients"
 
 
 @dataclass
-class ScriptedUpstream:
-    """What the scripted server was sent: request bodies and headers, in order."""
+class ProxiedUpstream:
+    """The proxy's URL, for the snippet, and what the scripted upstream behind it was sent."""
 
     base_url: str
-    bodies: list[dict[str, Any]] = field(default_factory=list)
-    headers: list[dict[str, str]] = field(default_factory=list)
+    script: ScriptedUpstream
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        return self.script.requests
+
+    def session(self, session_id: str) -> dict[str, Any]:
+        """The proxy's record of one session (GET /v1/sessions/{id})."""
+        reply = httpx.get(f"{self.base_url}/sessions/{session_id}", timeout=10)
+        reply.raise_for_status()
+        data: dict[str, Any] = reply.json()
+        return data
 
 
 def scripted_reply(body: dict[str, Any]) -> dict[str, Any]:
@@ -67,43 +81,36 @@ def scripted_reply(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def proxied(handler: Callable[[dict[str, Any]], dict[str, Any]]) -> Iterator[ProxiedUpstream]:
+    script = ScriptedUpstream(handler=handler)
+    with LoopbackServer(script.app) as upstream:
+        settings = Settings(upstreams=[{"name": "scripted", "base_url": f"{upstream.url}/v1"}])
+        with LoopbackServer(create_app(settings, environ={})) as proxy:
+            yield ProxiedUpstream(f"{proxy.url}/v1", script)
+
+
 @pytest.fixture
-def upstream() -> Iterator[ScriptedUpstream]:
-    """A scripted OpenAI-compatible server on a free loopback port."""
-    record = ScriptedUpstream(base_url="")
+def upstream() -> Iterator[ProxiedUpstream]:
+    """The proxy on a loopback port, in front of the scripted upstream."""
+    yield from proxied(scripted_reply)
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-            record.bodies.append(body)
-            record.headers.append({k.lower(): v for k, v in self.headers.items()})
-            if self.path.rstrip("/") != "/v1/chat/completions":
-                self.send_error(404)
-                return
-            payload = json.dumps(scripted_reply(body)).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(payload)))
-            self.send_header("x-toolsentry-errors", "0")
-            self.send_header("x-toolsentry-max-errors", "10")
-            self.send_header("x-toolsentry-repairs", "0")
-            self.send_header("x-toolsentry-violations", "")
-            self.end_headers()
-            self.wfile.write(payload)
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+@pytest.fixture
+def hallucinating_upstream() -> Iterator[ProxiedUpstream]:
+    """As `upstream`, but the model's first call names a tool nobody declared."""
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    record.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    try:
-        yield record
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    calls = iter(
+        [
+            tool_call("check_order", {"order_id": "#W0000001"}),  # the snippet's first turn
+            tool_call("get_order_status", {"order_id": "#W0000001"}),  # the proxy's re-ask
+        ]
+    )
+
+    def reply(body: dict[str, Any]) -> dict[str, Any]:
+        call = next(calls, None)
+        return scripted_reply(body) if call is None else completion(tool_calls=[call])
+
+    yield from proxied(reply)
 
 
 def load_client(name: str) -> ModuleType:
@@ -116,7 +123,7 @@ def load_client(name: str) -> ModuleType:
     return module
 
 
-def assert_one_tool_round_trip(upstream: ScriptedUpstream, session: str) -> None:
+def assert_one_tool_round_trip(upstream: ProxiedUpstream, session: str) -> None:
     """Two requests: the tools declared, then the tool result sent back under the call's id."""
     assert len(upstream.bodies) == 2
     first, second = upstream.bodies
@@ -126,11 +133,12 @@ def assert_one_tool_round_trip(upstream: ScriptedUpstream, session: str) -> None
     result = next(m for m in second["messages"] if m.get("role") == "tool")
     assert result["tool_call_id"] == call["id"]
     assert "delivered" in result["content"]
-    assert all(headers.get("x-session-id") == session for headers in upstream.headers)
+    record = upstream.session(session)
+    assert record["errors"] == 0, record
 
 
 def test_openai_sdk_example_runs_the_tool_and_returns_the_final_answer(
-    upstream: ScriptedUpstream,
+    upstream: ProxiedUpstream,
 ) -> None:
     client = load_client("openai_sdk")
     lines: list[str] = []
@@ -141,8 +149,26 @@ def test_openai_sdk_example_runs_the_tool_and_returns_the_final_answer(
 
     assert answer == "Here is what I found: order #W0000001 is delivered"
     assert_one_tool_round_trip(upstream, "s-openai")
-    assert len(lines) == 2
-    assert "errors 0/10" in lines[0]
+    assert lines == [
+        "session s-openai: errors 0/10, repairs 0, violations []",
+        "session s-openai: errors 0/10, repairs 0, violations []",
+    ]
+
+
+def test_openai_sdk_example_reports_the_proxys_repair_of_an_unknown_tool(
+    hallucinating_upstream: ProxiedUpstream,
+) -> None:
+    client = load_client("openai_sdk")
+    lines: list[str] = []
+
+    answer = client.run(
+        hallucinating_upstream.base_url, model="scripted", session="s-repair", report=lines.append
+    )
+
+    assert answer == "Here is what I found: order #W0000001 is delivered"
+    assert lines[0] == "session s-repair: errors 0/10, repairs 1, violations [unknown_tool]"
+    # The upstream was asked again; the snippet only ever saw the repaired call.
+    assert len(hallucinating_upstream.bodies) == 3
 
 
 def test_openai_sdk_example_reports_an_unknown_tool_as_a_tau2_style_error() -> None:
@@ -153,7 +179,7 @@ def test_openai_sdk_example_reports_an_unknown_tool_as_a_tau2_style_error() -> N
 
 
 def test_langchain_example_runs_the_tool_and_returns_the_final_answer(
-    upstream: ScriptedUpstream,
+    upstream: ProxiedUpstream,
 ) -> None:
     pytest.importorskip(
         "langchain_openai", reason="pip install langchain-openai to run the LangChain example"
@@ -167,7 +193,7 @@ def test_langchain_example_runs_the_tool_and_returns_the_final_answer(
 
 
 def test_agents_sdk_example_runs_the_tool_and_returns_the_final_answer(
-    upstream: ScriptedUpstream,
+    upstream: ProxiedUpstream,
 ) -> None:
     pytest.importorskip("agents", reason="pip install openai-agents to run the Agents SDK example")
     client = load_client("agents_sdk")

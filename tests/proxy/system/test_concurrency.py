@@ -91,7 +91,7 @@ def wait_for_both_workers(process: ProxyProcess) -> None:
 
 
 def summed(processes: list[ProxyProcess], name: str, **labels: str) -> float:
-    return sum(metric(p.metrics(), name, **labels) for p in processes)
+    return sum(metric(p.metrics(), name, may_be_absent=True, **labels) for p in processes)
 
 
 def counting(processes: list[ProxyProcess], name: str, **labels: str) -> Callable[[], float]:
