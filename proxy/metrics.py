@@ -96,6 +96,12 @@ class Metrics:
             ["model", "channel", "api"],
             registry=r,
         )
+        self.leaked_calls = PromCounter(
+            "toolsentry_leaked_calls",
+            "Tool calls written as text instead of made, by wire format and where (content or reasoning).",
+            ["model", "format", "where"],
+            registry=r,
+        )
         self.repairs = PromCounter(
             "toolsentry_repairs",
             "Repair outcomes per violation channel (result: success or failure).",
@@ -188,11 +194,17 @@ class ModelSeries:
 
 
 class UnknownToolStats:
-    """Counts hallucinated tool names per model, keeping at most `max_names` names per model."""
+    """Counts hallucinated tool names per model, keeping at most `max_names` names per model,
+    and calls written as text per model and wire format (formats are a bounded set)."""
 
     def __init__(self, max_names: int = 1000) -> None:
         self._max_names = max_names
         self._counts: dict[str, Counter[str]] = {}
+        self._leaks: dict[str, Counter[str]] = {}
+
+    def add_leak(self, model: str, fmt: str) -> None:
+        """Count one call by `model` written as text in wire format `fmt`."""
+        self._leaks.setdefault(model, Counter())[fmt] += 1
 
     def add(self, model: str, name: str) -> None:
         """Count one call to the unknown tool `name` by `model`."""
@@ -201,12 +213,17 @@ class UnknownToolStats:
             counts[name] += 1
 
     def top(self, limit: int = 20) -> dict[str, Any]:
-        """`{"models": {model: [{"name", "count"}, ...]}}`, most frequent first."""
+        """`{"models": {model: [{"name", "count"}, ...]}, "leaked_formats": {model: [{"format",
+        "count"}, ...]}}`, most frequent first."""
         return {
             "models": {
                 model: [{"name": n, "count": c} for n, c in counts.most_common(limit)]
                 for model, counts in sorted(self._counts.items())
-            }
+            },
+            "leaked_formats": {
+                model: [{"format": f, "count": c} for f, c in counts.most_common(limit)]
+                for model, counts in sorted(self._leaks.items())
+            },
         }
 
 

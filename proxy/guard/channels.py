@@ -32,7 +32,11 @@ class Violation:
 
     `call_index` is the position in `tool_calls` (None for message-level channels such as
     `empty_response`); `call_id` is the call's `id` when it has one, so a repair can answer it
-    with a `role: tool` message; `pointers` are JSON pointers of the first schema errors.
+    with a `role: tool` message; `pointers` are JSON pointers of the first schema errors. For a
+    call written as text (`leaked_tool_call`, or `truncated` inside one) `format` names its wire
+    format (a name of `proxy.guard.leakformats.FORMATS`, so a bounded label) and `in_reasoning`
+    says it was written in the reasoning, not the answer: a flag on the channel, because the
+    failure, its count and its repair are the same.
     """
 
     channel: Channel
@@ -41,6 +45,8 @@ class Violation:
     call_index: int | None = None
     call_id: str | None = None
     pointers: tuple[str, ...] = field(default_factory=tuple)
+    format: str | None = None
+    in_reasoning: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form for logs, session records and results files."""
@@ -53,4 +59,8 @@ class Violation:
             out["call_id"] = self.call_id
         if self.pointers:
             out["pointers"] = list(self.pointers)
+        if self.format is not None:
+            out["format"] = self.format
+        if self.in_reasoning:
+            out["in_reasoning"] = True
         return out

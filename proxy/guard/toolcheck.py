@@ -20,8 +20,9 @@ Decisions worth knowing:
 - Truncated: the response stopped at the token limit (`finish_reason == "length"`) while the last
   call's arguments were unparsable or still blank, or inside a leaked call. Only the last call
   can be cut off; an unparsable earlier call is malformed.
-- Message-level channels: calls leaked into content (not the text of a call the server did
-  parse); `tool_choice` requiring a call when none was made and none leaked; an empty response,
+- Message-level channels: calls leaked into content or into the reasoning (`reasoning_content`,
+  `reasoning`; in a marked format only, see `proxy.guard.leaks`), not the text of a call the
+  server did parse; `tool_choice` requiring a call when none was made and none leaked; an empty response,
   reported alone. Plain chat (no tools, no calls) can only be an empty response.
 """
 
@@ -41,7 +42,7 @@ import orjson
 
 from proxy.errors import BadRequestError
 from proxy.guard.channels import Channel, Violation
-from proxy.guard.leaks import LeakedCall, find_leaked_calls
+from proxy.guard.leaks import LeakedCall, find_leaked_calls, find_leaked_calls_in_reasoning
 
 CACHE_SIZE: Final = 256
 MAX_REPORTED_ERRORS: Final = 3
@@ -233,7 +234,9 @@ def validate(
         index = compile_tools(tools)
     raw_calls = message.get("tool_calls")
     calls: list[object] = raw_calls if isinstance(raw_calls, list) else []
-    if not calls and _is_blank(message):
+    leaks = _leaks(message) if index.names else []
+    # An answer left empty because the call went into the reasoning is that leak, not silence.
+    if not calls and _is_blank(message) and not leaks:
         return [
             Violation(Channel.EMPTY_RESPONSE, "the response has neither content nor tool calls")
         ]
@@ -245,18 +248,20 @@ def validate(
         if found is not None:
             violations.append(found)
     leaked = 0
-    content = message.get("content")
-    if index.names and isinstance(content, str):
-        for leak in find_leaked_calls(content):
-            if _echoes_a_parsed_call(leak, calls):
-                continue  # the server parsed this call and also left its text in the content
-            leaked += 1
-            if not leak.complete and finish_reason == "length":
-                text = f"a tool call to '{_clip(leak.name)}' written as {leak.format} text was cut off at the token limit"
-                violations.append(Violation(Channel.TRUNCATED, text, leak.name or None))
-            else:
-                text = f"a tool call to '{_clip(leak.name)}' was written into the content as {leak.format} text instead of a tool call"
-                violations.append(Violation(Channel.LEAKED_TOOL_CALL, text, leak.name or None))
+    for leak, in_reasoning in leaks:
+        if _echoes_a_parsed_call(leak, calls):
+            continue  # the server parsed this call and also left its text behind
+        leaked += 1
+        where = "the reasoning" if in_reasoning else "the content"
+        name, fmt = _clip(leak.name), leak.format
+        if not leak.complete and finish_reason == "length":
+            channel = Channel.TRUNCATED
+            text = f"a tool call to '{name}' written as {fmt} text in {where} was cut off at the token limit"
+        else:
+            channel = Channel.LEAKED_TOOL_CALL
+            text = f"a tool call to '{name}' was written into {where} as {fmt} text instead of a tool call"
+        found = Violation(channel, text, leak.name or None, format=fmt, in_reasoning=in_reasoning)
+        violations.append(found)
     if rule.mode == "required" and not calls and not leaked:
         violations.append(
             Violation(Channel.TOOL_CHOICE_VIOLATION, rule.describe_missing(), rule.only)
@@ -316,6 +321,22 @@ def _allowed_names(tools: object) -> list[str]:
         if isinstance(name, str):
             names.append(name)
     return names
+
+
+REASONING_FIELDS: Final = ("reasoning_content", "reasoning")
+"""Where a chat message carries its reasoning: vLLM's older and newer field names."""
+
+
+def _leaks(message: Mapping[str, Any]) -> list[tuple[LeakedCall, bool]]:
+    """The calls written as text in the message's content, then in its reasoning (True)."""
+    content = message.get("content")
+    answer = content if isinstance(content, str) else None
+    found = [(leak, False) for leak in find_leaked_calls(answer)]
+    for key in REASONING_FIELDS:
+        reasoning = message.get(key)
+        if isinstance(reasoning, str):
+            found += [(leak, True) for leak in find_leaked_calls_in_reasoning(reasoning)]
+    return found
 
 
 def _echoes_a_parsed_call(leak: LeakedCall, calls: list[object]) -> bool:

@@ -472,6 +472,10 @@ class Turn:
             metrics.violations.labels(self.model, violation.channel.value, api).inc()
             if violation.channel is Channel.UNKNOWN_TOOL and violation.tool_name is not None:
                 self._pipeline.unknown_tools.add(self.model, violation.tool_name)
+            if violation.format is not None:
+                where = "reasoning" if violation.in_reasoning else "content"
+                metrics.leaked_calls.labels(self.model, violation.format, where).inc()
+                self._pipeline.unknown_tools.add_leak(self.model, violation.format)
 
     # -- the report -----------------------------------------------------------------------------
 

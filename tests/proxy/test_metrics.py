@@ -111,4 +111,13 @@ def test_unknown_tool_names_are_bounded_per_model() -> None:
     stats = UnknownToolStats(max_names=2)
     for name in ("a", "b", "c", "a"):
         stats.add("m", name)
-    assert stats.top() == {"models": {"m": [{"name": "a", "count": 2}, {"name": "b", "count": 1}]}}
+    assert stats.top()["models"] == {"m": [{"name": "a", "count": 2}, {"name": "b", "count": 1}]}
+
+
+def test_calls_written_as_text_are_counted_per_model_and_format() -> None:
+    stats = UnknownToolStats()
+    for fmt in ("hermes", "kimi_k2", "hermes"):
+        stats.add_leak("m", fmt)
+    assert stats.top()["leaked_formats"] == {
+        "m": [{"format": "hermes", "count": 2}, {"format": "kimi_k2", "count": 1}]
+    }

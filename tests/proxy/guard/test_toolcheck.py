@@ -555,6 +555,55 @@ def test_a_leaked_call_cut_off_at_the_token_limit_is_truncated() -> None:
     ) == [Channel.LEAKED_TOOL_CALL]
 
 
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_a_call_written_into_the_reasoning_is_a_leaked_tool_call_flagged_as_in_reasoning(
+    field: str,
+) -> None:
+    message = make_message(content=None)
+    message[field] = (
+        "The user wants order #W1234567, so I call the tool.\n"
+        '<tool_call>\n{"name": "get_order_details", "arguments": {"order_id": "#W1234567"}}\n'
+        "</tool_call>"
+    )
+    [violation] = validate(message, retail_tools())
+    assert violation.channel is Channel.LEAKED_TOOL_CALL
+    assert (violation.tool_name, violation.format, violation.in_reasoning) == (
+        "get_order_details",
+        "hermes",
+        True,
+    )
+    assert violation.to_dict()["in_reasoning"] is True
+    assert "reasoning" in violation.message
+
+
+def test_reasoning_that_drafts_json_or_names_a_marker_is_not_a_leak() -> None:
+    message = make_message(content="Your order has shipped.")
+    message["reasoning"] = (
+        'I could send {"name": "get_order_details", "arguments": {}} but the answer is known; '
+        "no <tool_call> is needed."
+    )
+    assert validate(message, retail_tools()) == []
+
+
+def test_a_call_in_the_reasoning_that_the_server_also_parsed_is_not_a_leak() -> None:
+    message = make_message(valid_order_call(), content=None)
+    message["reasoning"] = (
+        '<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W1234567"}}</tool_call>'
+    )
+    assert validate(message, retail_tools()) == []
+
+
+def test_a_leaked_call_carries_its_format_in_the_content_and_a_cut_off_one_too() -> None:
+    content = '[TOOL_CALLS]get_order_details[ARGS]{"order_id": "#W1234567"}'
+    [violation] = validate(make_message(content=content), retail_tools())
+    assert (violation.format, violation.in_reasoning) == ("mistral", False)
+    assert violation.to_dict()["format"] == "mistral"
+    assert "in_reasoning" not in violation.to_dict()
+    cut = '<|tool_call_begin|>functions.get_order_details:0<|tool_call_argument_begin|>{"order_id'
+    [truncated] = validate(make_message(content=cut), retail_tools(), finish_reason="length")
+    assert (truncated.channel, truncated.format) == (Channel.TRUNCATED, "kimi_k2")
+
+
 def test_plain_text_cut_off_at_the_token_limit_is_not_flagged() -> None:
     assert (
         validate(make_message(content="The order was"), retail_tools(), finish_reason="length")
