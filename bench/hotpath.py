@@ -6,7 +6,7 @@ The last figure is a whole chat request through the proxy's ASGI app, from the s
 body message, with the upstream stubbed in-process (no sockets, no HTTP server): everything the
 proxy's own code costs per request.
 
-    python -m bench.hotpath [--repeat 15] [--only-app]
+    python -m bench.hotpath [--repeat 15] [--only-app | --only-leaks]
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from bench.overhead import request_body
 from proxy.chatbody import ChatBodyParser
 from proxy.config import Settings
 from proxy.guard import toolcheck
+from proxy.guard.leakformats import FAMILIES, FORMATS
+from proxy.guard.leaks import find_leaked_calls, find_leaked_calls_in_reasoning
 from proxy.logs import configure_logging, get_logger, log_request
 from proxy.upstream import UpstreamResponse
 
@@ -115,6 +117,27 @@ def app_request_us(raw: bytes, loops: int, repeat: int) -> tuple[float, float]:
     return result
 
 
+def print_rows(rows: list[tuple[str, tuple[float, float]]]) -> None:
+    print(f"{'per call, CPU time':<66} {'min µs':>9} {'median µs':>10}")
+    for label, (low, mid) in rows:
+        print(f"{label:<66} {low:>9.2f} {mid:>10.2f}")
+
+
+def leak_free_answer(*, mentions: bool = False) -> str:
+    """A 4 kB support answer without a tool call; `mentions`: it also names call markers and
+    words of their families in prose (function, invoke, <tool_call>, to=…), so finders run."""
+    sentence = (
+        "Your order #W1234567 was placed on March 3 and shipped two days later; the tracking "
+        "number is 1Z999AA10123456784 and the parcel should arrive by Friday. "
+    )
+    if mentions:
+        sentence += (
+            "The function you asked about is not something I invoke; a <tool_call> tag or "
+            "to=functions.x is how a model would write one. "
+        )
+    return (sentence * (4096 // len(sentence) + 1))[:4096]
+
+
 def per_call_us(fn: Callable[[], Any], loops: int, repeat: int) -> tuple[float, float]:
     fn()
     samples = []
@@ -141,6 +164,7 @@ def main() -> None:
     parser.add_argument(
         "--only-app", action="store_true", help="only the whole request through the ASGI app"
     )
+    parser.add_argument("--only-leaks", action="store_true", help="only the leak-scan rows")
     args = parser.parse_args()
     rep = args.repeat
     raw = request_body()
@@ -204,7 +228,43 @@ def main() -> None:
     quiet = FastAPI()._native_telemetry
     off = FastAPI(telemetry={"tracing": False, "metrics": False, "logs": False})._native_telemetry  # type: ignore[call-arg]
 
+    answer = leak_free_answer()
+    worded = leak_free_answer(mentions=True)
+
+    def five_formats_before() -> object:
+        # What the scan did on a text without a marker when it knew five formats.
+        c = answer
+        return (
+            "<tool_call>" in c,
+            "<function=" in c,
+            "<|python_tag|>" in c,
+            "[TOOL_CALLS]" in c,
+            c.strip()[:1] in ("{", "[", "`"),
+        )
+
+    leak_rows: list[tuple[str, tuple[float, float]]] = [
+        (
+            f"leak scan, {len(answer):,} B answer, no call: 5 formats' tests (before)",
+            per_call_us(five_formats_before, 5000, rep),
+        ),
+        (
+            f"leak scan, same answer: {len(FORMATS)} formats, {len(FAMILIES)} families (now)",
+            per_call_us(lambda: find_leaked_calls(answer), 5000, rep),
+        ),
+        (
+            "leak scan, same answer as reasoning (now)",
+            per_call_us(lambda: find_leaked_calls_in_reasoning(answer), 5000, rep),
+        ),
+        (
+            f"leak scan, {len(worded):,} B answer naming markers in prose (now)",
+            per_call_us(lambda: find_leaked_calls(worded), 2000, rep),
+        ),
+    ]
+    if args.only_leaks:
+        print_rows(leak_rows)
+        return
     rows: list[tuple[str, tuple[float, float]]] = [
+        *leak_rows,
         (
             "tools cache key: canonical JSON + sha256 (before)",
             per_call_us(canonical_key, 2000, rep),
@@ -243,9 +303,7 @@ def main() -> None:
             app_request_us(raw, 500, rep),
         )
     )
-    print(f"{'per call, CPU time':<66} {'min µs':>9} {'median µs':>10}")
-    for label, (low, mid) in rows:
-        print(f"{label:<66} {low:>9.2f} {mid:>10.2f}")
+    print_rows(rows)
 
     from proxy.app import create_app
 

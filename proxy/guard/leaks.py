@@ -4,7 +4,8 @@ Anthropic `thinking` block).
 
 The formats are the registry of `proxy.guard.leakformats`, one for each tool-call parser of the
 pinned vLLM; `LeakedCall.format` names the one a call was written in. A text without any marker
-costs one substring test per marker family. Prose that mentions a marker is not a call: a marker
+costs at most one substring test per marker family, and an answer without `<` or `[` three in all
+(`<`, `[`, `to=`). Prose that mentions a marker is not a call: a marker
 must be followed by a call body, and a whole-text JSON or Python call list must hold nothing but
 calls. A marker that ends the text is a call cut off (`complete=False`).
 """
@@ -23,10 +24,31 @@ _BARE: Final = tuple(f for f in FORMATS if f.bare)
 _PRECEDENCE: Final = {
     name: rank for rank, name in enumerate(dict.fromkeys(f.name for f in FORMATS))
 }
-# For each family, the (format, marker) pairs whose marker holds it.
+# For each family, the (format, marker) pairs whose marker holds it (and no earlier family).
 _BY_FAMILY: Final = tuple(
-    (family, tuple((f, m) for f in _MARKED for m in f.markers if family in m))
+    (
+        family,
+        tuple(
+            (f, m)
+            for f in _MARKED
+            for m in f.markers
+            if next(fam for fam in FAMILIES if fam in m) == family
+        ),
+    )
     for family in FAMILIES
+)
+# Almost every marker holds `<` or `[`, and most answers hold neither: a family whose markers
+# all hold one of them is tested only when it is present.
+_GATES: Final = ("<", "[")
+
+
+def _gate(pairs: tuple[tuple[LeakFormat, str], ...]) -> str | None:
+    return next((g for g in _GATES if all(g in marker for _, marker in pairs)), None)
+
+
+_PLAN: Final = tuple(
+    (gate, tuple((family, pairs) for family, pairs in _BY_FAMILY if _gate(pairs) == gate))
+    for gate in (*_GATES, None)
 )
 
 
@@ -61,11 +83,14 @@ def find_leaked_calls_in_reasoning(reasoning: str | None) -> list[LeakedCall]:
 
 def _marked(text: str) -> list[LeakedCall]:
     due: dict[LeakFormat, None] = {}
-    for family, pairs in _BY_FAMILY:
-        if family in text:
-            for fmt, marker in pairs:
-                if fmt not in due and marker in text:
-                    due[fmt] = None
+    for gate, families in _PLAN:
+        if gate is not None and gate not in text:
+            continue
+        for family, pairs in families:
+            if family in text:
+                for fmt, marker in pairs:
+                    if fmt not in due and marker in text:
+                        due[fmt] = None
     if not due:
         return []
     found = [call for fmt in due for call in fmt.find(text)]

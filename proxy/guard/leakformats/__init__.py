@@ -169,7 +169,7 @@ FORMATS: Final[tuple[LeakFormat, ...]] = (
     ),
     LeakFormat(
         "deepseek_dsml",
-        ("｜DSML｜invoke", "｜DSML｜ invoke"),
+        ("<｜DSML｜invoke", "<｜DSML｜ invoke"),
         markup.invoke_markup("deepseek_dsml", "｜DSML｜ ?"),
         ("deepseek_v32", "deepseek_v4", "deepseek_v41"),
         '<｜DSML｜function_calls><｜DSML｜invoke name="f"><｜DSML｜parameter name="k" string="true">v</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜function_calls>',
@@ -183,7 +183,7 @@ FORMATS: Final[tuple[LeakFormat, ...]] = (
     ),
     LeakFormat(
         "muse_glimmer",
-        ("<atem:invoke", "to="),
+        ("<atem:invoke", "<|message|>"),
         tagged.either(markup.invoke_markup("muse_glimmer", "atem:"), tagged.find_muse_recipient),
         ("muse_glimmer",),
         '<atem:invoke name="f"><atem:parameter name="k">v</atem:parameter></atem:invoke> · <|start|>assistant to=f<|message|>{…}<|eom|>',
@@ -326,8 +326,9 @@ FORMATS: Final[tuple[LeakFormat, ...]] = (
 )
 
 # Substrings shared by the markers of several formats: a text without any of them is known to
-# hold no marked call after one `in` test per family.
+# hold no marked call after one `in` test per family. A marker belongs to the first that it holds.
 FAMILIES: Final[tuple[str, ...]] = (
+    "to=",
     "tool_call",
     "function",
     "invoke",
@@ -335,12 +336,12 @@ FAMILIES: Final[tuple[str, ...]] = (
     "<|python_",
     "[TOOL_CALLS]",
     "<|open|>",
-    "to=",
     "<|tools_prefix|>",
     "<|action_start|>",
     "<|plamo:",
     "functools[",
     "<|START_ACTION|>",
+    "<|message|>",
 )
 
 NOT_APPLICABLE: Final[Mapping[str, str]] = {

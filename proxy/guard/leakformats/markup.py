@@ -6,6 +6,7 @@ and Kimi K3's XTML.
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from typing import Final
@@ -140,18 +141,22 @@ def find_hunyuan(text: str) -> list[LeakedCall]:
     (`<tool_call:6124c78e>`), and on v3 a `<tool_sep>` between the name and the arguments."""
     found: list[LeakedCall] = []
     for suffix in sorted({m.group(1) or "" for m in _HY_OPEN.finditer(text)}):
-        s = suffix
-        finder = key_value_tags(
-            "hunyuan",
-            f"<tool_call{s}>",
-            f"</tool_call{s}>",
-            key=(f"<arg_key{s}>", f"</arg_key{s}>"),
-            value=(f"<arg_value{s}>", f"</arg_value{s}>"),
-            separator=f"<tool_sep{s}>",
-            separator_required=not s,
-        )
-        found += finder(text)
+        found += _hunyuan_finder(suffix)(text)
     return found
+
+
+@functools.lru_cache(maxsize=16)
+def _hunyuan_finder(s: str) -> Finder:
+    """The key/value finder of one checkpoint suffix (a few per deployment, so cached)."""
+    return key_value_tags(
+        "hunyuan",
+        f"<tool_call{s}>",
+        f"</tool_call{s}>",
+        key=(f"<arg_key{s}>", f"</arg_key{s}>"),
+        value=(f"<arg_value{s}>", f"</arg_value{s}>"),
+        separator=f"<tool_sep{s}>",
+        separator_required=not s,
+    )
 
 
 def invoke_markup(fmt: str, tag_prefix: str) -> Finder:
@@ -168,14 +173,11 @@ def invoke_markup(fmt: str, tag_prefix: str) -> Finder:
     def find(text: str) -> list[LeakedCall]:
         found: list[LeakedCall] = []
         for match in invoke.finditer(text):
-            prefix = re.escape(match.group("p"))
+            prefix = match.group("p")
             body = match.group("body").strip()
-            if body and not re.match(rf"<{prefix}parameter\b", body):
+            if body and not body.startswith(f"<{prefix}parameter"):
                 continue  # an invoke element named in prose
-            parameter = re.compile(
-                rf"<{prefix}parameter\s+name=([\"']?)([^\"'>]+)\1([^>]*)>(.*?)(</{prefix}parameter>|\Z)",
-                re.DOTALL,
-            )
+            parameter = _parameter_pattern(prefix)
             arguments: dict[str, object] = {}
             complete = bool(match.group("end"))
             for _, key, attributes, value, closed in parameter.findall(match.group("body")):
@@ -188,6 +190,15 @@ def invoke_markup(fmt: str, tag_prefix: str) -> Finder:
         return found
 
     return find
+
+
+@functools.lru_cache(maxsize=16)
+def _parameter_pattern(prefix: str) -> re.Pattern[str]:
+    p = re.escape(prefix)
+    return re.compile(
+        rf"<{p}parameter\s+name=([\"']?)([^\"'>]+)\1([^>]*)>(.*?)(</{p}parameter>|\Z)",
+        re.DOTALL,
+    )
 
 
 MINIMAX_M3_NAMESPACE: Final = "]<]minimax[>["

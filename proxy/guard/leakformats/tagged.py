@@ -314,9 +314,8 @@ def find_harmony(text: str) -> list[LeakedCall]:
     return found
 
 
-_MUSE_HEADER: Final = re.compile(
-    r"(?:<\|start\|>\s*assistant)?[^\S\n]*to=(?P<name>[A-Za-z0-9_.\-]+)<\|message\|>"
-)
+_MUSE_HEADER: Final = re.compile(r"to=(?P<name>[A-Za-z0-9_.\-]+)<\|message\|>")
+_MUSE_START: Final = re.compile(r"<\|start\|>\s*assistant[^\S\n]*\Z")
 _MUSE_END: Final = re.compile(r"<\|eom\|>|<\|eot\|>")
 _MUSE_NOT_TOOLS: Final = frozenset({"self", "user"})
 
@@ -334,9 +333,12 @@ def find_muse_recipient(text: str) -> list[LeakedCall]:
             continue
         arguments, ok = decode_exact(body) if end else decode_prefix(body)
         stop = end.end() if end else len(text)
-        raw = text[match.start() : stop]
+        # The header's `<|start|>assistant`, when the message has one, is part of the call.
+        head = _MUSE_START.search(text, max(0, match.start() - 40), match.start())
+        start = head.start() if head else match.start()
+        raw = text[start:stop]
         complete = ok and end is not None
-        found.append(LeakedCall(name, arguments, raw, "muse_glimmer", complete, match.start()))
+        found.append(LeakedCall(name, arguments, raw, "muse_glimmer", complete, start))
     return found
 
 

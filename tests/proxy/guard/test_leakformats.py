@@ -53,6 +53,17 @@ def test_every_format_has_vllm_examples_for_each_of_its_parsers() -> None:
     assert all(e["source"] for e in EXAMPLES)
 
 
+def test_the_readme_lists_every_format_with_its_parsers() -> None:
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("| `")]
+    for fmt in FORMATS:
+        [row] = [r for r in rows if r.startswith(f"| `{fmt.name}` |")]
+        assert all(f"`{parser}`" in row for parser in fmt.parsers), fmt.name
+    assert all(
+        any(f"`{p}` | not applicable" in r for r in readme.splitlines()) for p in NOT_APPLICABLE
+    )
+
+
 def test_every_marker_holds_a_family_so_text_without_any_family_skips_every_marked_format() -> None:
     for fmt in FORMATS:
         assert fmt.bare == (not fmt.markers)
