@@ -269,8 +269,9 @@ def _message_text(violation: Violation, index: ToolIndex) -> str:
     channel = violation.channel
     if channel is Channel.LEAKED_TOOL_CALL:
         what = f"a call to '{name}'" if name else "a tool call"
+        where = "in your reasoning" if violation.in_reasoning else "in the message"
         return (
-            f"Your last reply wrote {what} as text in the message instead of making a tool call, so "
+            f"Your last reply wrote {what} as text {where} instead of making a tool call, so "
             f"it was not executed. Make the call as a tool call, or answer without a tool.{available}"
         )
     if channel is Channel.TRUNCATED:

@@ -67,6 +67,7 @@ def assert_reasked_about_the_leak(
     assert reask[-1]["role"] == "user"
     assert "get_order_details" in reask[-1]["content"]
     assert "tool call" in reask[-1]["content"]
+    assert ("in your reasoning" in reask[-1]["content"]) == (where == "reasoning")
     text = proxy.metrics()
     assert (
         metric(
