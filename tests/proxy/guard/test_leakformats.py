@@ -18,6 +18,10 @@ DATA = json.loads((FIXTURES / "formats.json").read_text())
 EXAMPLES: list[dict[str, Any]] = DATA["examples"]
 PROSE: list[dict[str, str]] = DATA["prose"]
 BARE = {f.name for f in FORMATS if f.bare}
+# A bare format is the whole text by definition: it is neither repeated nor preceded by prose.
+MARKED_EXAMPLES = [e for e in EXAMPLES if e["format"] not in BARE]
+# A call without arguments is cut off only once its closing tag is: its name alone is prose.
+WITH_ARGUMENTS = [e for e in EXAMPLES if e["calls"][-1][1]]
 
 
 def example_id(example: dict[str, Any]) -> str:
@@ -71,10 +75,8 @@ def test_every_marker_holds_a_family_so_text_without_any_family_skips_every_mark
             assert any(family in marker for family in FAMILIES), (fmt.name, marker)
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=example_id)
+@pytest.mark.parametrize("example", MARKED_EXAMPLES, ids=example_id)
 def test_an_example_written_twice_in_one_message_is_found_twice(example: dict[str, Any]) -> None:
-    if example["format"] in BARE:
-        pytest.skip("a bare format holds several calls in one list (the list examples)")
     text = example["text"] + "\n" + example["text"]
     assert summary(find_leaked_calls(text)) == expected(example) * 2
 
@@ -95,10 +97,8 @@ def test_a_vllm_example_in_the_reasoning_is_found_unless_its_format_is_bare(
     assert summary(calls) == ([] if example["format"] in BARE else expected(example))
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=example_id)
+@pytest.mark.parametrize("example", MARKED_EXAMPLES, ids=example_id)
 def test_a_vllm_example_after_an_answer_is_still_found(example: dict[str, Any]) -> None:
-    if example["format"] in BARE:
-        pytest.skip("a bare format is the whole text by definition")
     text = "Sure, let me look that up for you.\n\n" + example["text"]
     assert summary(find_leaked_calls(text)) == expected(example)
 
@@ -116,12 +116,10 @@ def test_an_example_cut_anywhere_in_its_last_call_never_reads_that_call_as_compl
         assert all(c.name in known for c in calls if c.complete)
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=example_id)
+@pytest.mark.parametrize("example", WITH_ARGUMENTS, ids=example_id)
 def test_an_example_cut_inside_its_last_arguments_reports_a_call_cut_off(
     example: dict[str, Any],
 ) -> None:
-    if not example["calls"][-1][1]:
-        pytest.skip("a call without arguments is cut off only once its closing tag is")
     text = example["text"]
     whole = find_leaked_calls(text)
     start = text.rindex(example["cut_after"]) + len(example["cut_after"])
