@@ -10,7 +10,7 @@ import pytest
 from proxy.testing import completion, tool_call
 from tests.proxy.conftest import RunningProxy, RunningUpstream
 from tests.proxy.metrics_text import metric
-from tests.proxy.test_streamservice import plain_chat, stream_chat
+from tests.proxy.pipeline.test_stream import plain_chat, stream_chat
 
 ORDER = {"order_id": "#W1"}
 
