@@ -17,24 +17,34 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from evalkit.analysis.channels import ErrorChannel
 from evalkit.analysis.compare import CellComparison, compare_cells
 from evalkit.analysis.load import default_tool_source, load_runs, pair_cells
 from evalkit.analysis.run import RunAnalysis
 from evalkit.analysis.stats import DEFAULT_RESAMPLES
+from evalkit.analysis.table import Table, columns
+from evalkit.analysis.tables import (
+    budget_ci_table,
+    budget_order,
+    budget_table,
+    channel_table,
+    errors_table,
+    experienced_tables,
+    figures_table,
+    interval,
+    pct,
+    runs_table,
+    silent_table,
+    tasks_table,
+    termination_table,
+    wrong_names_table,
+)
 from evalkit.domains import get_domain
 from evalkit.errors import EvalkitError, UsageError
 from evalkit.formats import read_results
 from evalkit.probe.command import probe_command
 from evalkit.replay import DEFAULT_PROFILES, DEFAULT_REPAIRS, Replay, ReplayOptions, UserKind
-from evalkit.report import (
-    budget_rows,
-    channel_rows,
-    compare_rows,
-    write_report,
-)
+from evalkit.report import write_report
 from evalkit.rescore import RescoreReport, rescore
 
 app = typer.Typer(
@@ -110,11 +120,8 @@ def rescore_command(
 
 
 def _print_report(report: RescoreReport) -> None:
-    table = Table(title="Rewards: recorded → recomputed")
-    for column in ("simulation", "task", "trial", "termination", "DB", "ENV", "reward", ""):
-        table.add_column(column)
-    for s in report.simulations:
-        table.add_row(
+    rows = [
+        [
             s.id[:8],
             s.task_id,
             "" if s.trial is None else str(s.trial),
@@ -122,10 +129,15 @@ def _print_report(report: RescoreReport) -> None:
             f"{_reward(s.recorded)} → {_reward(s.recomputed)}",
             f"{_reward(s.recorded_env)} → {_reward(s.recomputed_env)}",
             f"{_reward(s.recorded_reward)} → {_reward(s.recomputed_reward)}",
-            "[green]agree[/]" if s.agrees else "[bold red]DISAGREE[/]",
-        )
+            "agree" if s.agrees else "DISAGREE",
+        ]
+        for s in report.simulations
+    ]
+    header = columns(
+        "simulation", "task", "trial", "termination", "DB", "ENV", "reward", "", text=8
+    )
     console = Console()
-    console.print(table)
+    console.print(Table("Rewards: recorded → recomputed", header, rows).rich())
     console.print(f"{report.agree} of {len(report.simulations)} simulations agree.")
 
 
@@ -163,10 +175,12 @@ def analyze_command(
     resamples: ResamplesOption = DEFAULT_RESAMPLES,
     seed: SeedOption = 0,
 ) -> None:
-    """Failures per channel, errors per episode and the budget curve of one run.
+    """Failures per channel, errors per episode and both budget curves of one run.
 
-    Every tool message with error: true is classified into one channel; the budget curve gives
-    the pass rate at every error budget k = 0…max_errors from this one run.
+    Every tool message with error: true is classified into one channel. The budget curves give
+    the mean reward at every error budget k = 0…max_errors from this one run, on τ²-bench's
+    tool-error budget and on the proxy's experienced-failure budget (leaked calls and empty
+    answers included); the run's own budget is shown first.
     """
     with exit_on_error():
         runs = load_runs(
@@ -313,22 +327,12 @@ def _compare(
     )
 
 
-def _table(title: str, header: list[str], rows: list[list[str]]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for column in header:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*row)
-    return table
-
-
 def _print_analysis(run: RunAnalysis) -> None:
     console = Console()
-    per_episode = run.errors / len(run.episodes) if run.episodes else 0.0
     console.print(
         f"[bold]{run.domain} · {run.model}[/] ({run.label}): {len(run.episodes)} episodes, "
-        f"mean reward {100 * run.mean_reward:.1f}, {run.errors} tool errors "
-        f"({per_episode:.2f} per episode), budget {run.max_errors}",
+        f"mean reward {pct(run.mean_reward)} [{interval(*run.reward_ci)}], {run.errors} tool "
+        f"errors, budget {run.max_errors} ({run.budget.label})",
         highlight=False,
         soft_wrap=True,
     )
@@ -337,89 +341,25 @@ def _print_analysis(run: RunAnalysis) -> None:
         highlight=False,
         soft_wrap=True,
     )
-    header, rows = channel_rows([run])
-    counts, errors = run.channels(), run.errors
-    share = ["—" if not errors else f"{100 * counts[c] / errors:.0f}%" for c in ErrorChannel]
-    console.print(
-        _table(
-            f"Failures per channel ({errors} tool errors)",
-            [*header, "share of errors"],
-            [[*row, s] for row, s in zip(rows, share, strict=True)],
-        )
-    )
-    silent = run.silent_violations()
-    if silent:
-        console.print(
-            _table(
-                "Violations that raised no tool error",
-                ["channel", "count"],
-                [[k, str(v)] for k, v in silent.most_common()],
-            )
-        )
-    proxy = run.proxy_channels()
-    if proxy or run.repairs:
-        console.print(
-            _table(
-                f"Reported by the proxy ({run.repairs} repairs)",
-                ["channel", "violations"],
-                [[k, str(v)] for k, v in proxy.most_common()],
-            )
-        )
-    console.print(
-        _table(
-            "Errors per episode",
-            ["tool errors", "episodes"],
-            [[str(n), str(c)] for n, c in run.errors_per_episode().items()],
-        )
-    )
-    console.print(
-        _table(
-            "Termination reasons",
-            ["reason", "episodes"],
-            [[k, str(v)] for k, v in run.termination_reasons().most_common()],
-        )
-    )
-    names = run.wrong_tool_names()
-    if names:
-        console.print(
-            _table(
-                "Most frequent wrong tool names",
-                ["name", "calls"],
-                [[k, str(v)] for k, v in names.most_common(10)],
-            )
-        )
-    console.print(_table("Budget curve (pass rate, points)", *budget_rows([run])))
-    failing = sorted((t for t in run.tasks() if t.errors), key=lambda t: -t.errors)
-    if failing:
-        console.print(
-            _table(
-                "Tasks with tool errors",
-                ["task", "episodes", "mean reward", "errors", "channels"],
-                [
-                    [
-                        t.task_id,
-                        str(t.episodes),
-                        f"{100 * t.mean_reward:.1f}",
-                        str(t.errors),
-                        ", ".join(f"{k} {v}" for k, v in t.channels.items() if v),
-                    ]
-                    for t in failing
-                ],
-            )
-        )
+    shown = [runs_table([run])]
+    shown += [budget_table([run], budget) for budget in budget_order([run])]
+    shown += [channel_table([run]), *experienced_tables([run])]
+    if run.silent_violations():
+        shown.append(silent_table(run))
+    shown += [errors_table([run], budget) for budget in budget_order([run])]
+    shown += [termination_table([run]), wrong_names_table([run], top=10)]
+    if any(t.errors for t in run.tasks()):
+        shown.append(tasks_table(run))
+    for table in shown:
+        console.print(table.rich())
 
 
 def _print_comparisons(comparisons: list[CellComparison]) -> None:
     console = Console()
-    header, rows = compare_rows(comparisons)
-    for c, row in zip(comparisons, rows, strict=True):
-        figures = dict(zip(header, row, strict=True))
-        del figures["cell"]
-        figures["pairs"] += f" (unpaired: A {c.unmatched_a}, B {c.unmatched_b})"
-        figures["TOST p"] += f" (±{100 * c.margin:g} points)"
-        console.print(_table(c.name, ["", "value"], [[k, v] for k, v in figures.items()]))
-        console.print(_table(f"{c.name}: channels", *channel_rows((c.a, c.b), c)))
-        console.print(_table(f"{c.name}: budget curves", *budget_rows((c.a, c.b), c)))
+    for c in comparisons:
+        console.print(figures_table(c).rich())
+        console.print(channel_table((c.a, c.b), c).rich())
+        console.print(budget_ci_table((c.a, c.b), c.budget, c).rich())
     for c in comparisons:
         console.print(f"[bold]{c.name}[/]: {c.verdict()}", highlight=False, soft_wrap=True)
 
@@ -578,14 +518,14 @@ def replay_command(
                 f"finish with: evalkit replay --resume {replay.out}"
             )
             raise typer.Exit(130) from None
-        summaries = summarize_replay(replay)
+        runs = summarize_replay(replay)
     for line in replay_preamble(replay):
         console.print(line, highlight=False)
-    for table in tables(summaries, replay.options.max_errors):
+    for table in tables(runs):
         console.print(table.rich())
-    for line in headline(arm_keys(replay), summaries, replay.options.max_errors):
+    for line in headline(arm_keys(replay), runs):
         console.print(f"• {line}", highlight=False)
-    path = write_summary(replay, summaries)
+    path = write_summary(replay, runs)
     console.print(f"results and summary in {replay.out} ({path.name})")
 
 

@@ -1,4 +1,5 @@
-"""The live view of a replay: one progress bar per arm with its pass rate and errors so far."""
+"""The live view of a replay: one progress bar per arm with its mean reward and failures per
+episode so far, counted by `evalkit.analysis` as the summary counts them (the proxy's budget)."""
 
 from __future__ import annotations
 
@@ -15,32 +16,36 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from evalkit.analysis.budget import Budget
+from evalkit.analysis.channels import DeclaredTools, classify_simulation
 from evalkit.formats import SimulationRun
-from evalkit.replay import Arm, Replay, episode_errors, reward_of
-from evalkit.scoring import is_success
+from evalkit.orchestrator import TerminationReason
+from evalkit.replay import Arm, Replay
+from evalkit.summary import replay_tools
 
 
 @dataclass
 class _Tally:
     task: TaskID
+    tools: DeclaredTools
     episodes: int = 0
-    passes: int = 0
-    errors: int = 0
+    reward: float = 0.0
+    failures: int = 0
     exhausted: int = 0
 
     def add(self, simulation: SimulationRun) -> None:
+        episode = classify_simulation(simulation, self.tools)
         self.episodes += 1
-        self.passes += is_success(reward_of(simulation))
-        self.errors += episode_errors(simulation)
-        self.exhausted += simulation.termination_reason == "too_many_errors"
+        self.reward += episode.reward
+        self.failures += episode.errors_for(Budget.PROXY)
+        self.exhausted += episode.termination_reason == TerminationReason.TOO_MANY_ERRORS
 
     def text(self) -> str:
         if not self.episodes:
             return ""
-        rate = 100 * self.passes / self.episodes
         return (
-            f"pass {rate:5.1f}%  errors/ep {self.errors / self.episodes:4.2f}  "
-            f"exhausted {self.exhausted}"
+            f"reward {100 * self.reward / self.episodes:5.1f}  "
+            f"failures/ep {self.failures / self.episodes:4.2f}  exhausted {self.exhausted}"
         )
 
 
@@ -59,9 +64,10 @@ class ReplayProgress:
         width = max(len(a.name) for a in replay.arms)
         per_arm = len(replay.tasks) * replay.options.trials
         self.tallies: dict[str, _Tally] = {}
+        tools = replay_tools(replay)
         for arm in replay.arms:
             task = self.progress.add_task(arm.name.ljust(width), total=per_arm, stats="")
-            tally = _Tally(task)
+            tally = _Tally(task, tools)
             for simulation in replay.runs[arm.name].simulations:
                 tally.add(simulation)
             self.tallies[arm.name] = tally

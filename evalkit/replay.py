@@ -44,7 +44,7 @@ from evalkit.formats import (
     write_results,
 )
 from evalkit.orchestrator import DEFAULT_MAX_STEPS, run_episode
-from evalkit.scoring import evaluate, is_success
+from evalkit.scoring import evaluate
 from evalkit.sim.profiles import DamageProfile, load_profile
 from evalkit.tasks import Task
 from evalkit.users import LLMUser, ScriptedUser, UserSimulator
@@ -219,41 +219,12 @@ def _splits(domain: str, data_dir: Path | None) -> dict[str, list[Any]]:
     return {k: v for k, v in data.items() if isinstance(v, list)} if isinstance(data, dict) else {}
 
 
-# -- errors and the budget curve ---------------------------------------------------------------
-
-
-def episode_errors(simulation: SimulationRun) -> int:
-    """The errors an episode experienced: the proxy's count or the environment's, the larger.
-
-    The proxy counts every failure that reached the agent (a leaked call too) and ends the
-    episode when its count reaches the budget; the environment counts failed tool calls, as
-    τ²-bench does. A run without a proxy has only the environment's count.
-    """
-    block = simulation.toolsentry or {}
-    proxy = block.get("errors")
-    env = block.get("episode_errors")
-    if env is None:
-        env = sum(1 for m in simulation.messages if getattr(m, "error", False) is True)
-    return max(int(proxy or 0), int(env))
+# -- rewards ---------------------------------------------------------------------------------
 
 
 def reward_of(simulation: SimulationRun) -> float:
     """The episode's reward (0 when it has none)."""
     return simulation.reward_info.reward if simulation.reward_info is not None else 0.0
-
-
-def budget_curve(simulations: Sequence[SimulationRun], max_errors: int) -> list[float]:
-    """The pass rate at every error budget k = 0…max_errors, from one run at `max_errors`.
-
-    An episode passes at budget k when it passed and its errors (`episode_errors`) stayed below
-    k: up to the moment its count reaches k, an episode at budget `max_errors` is the same
-    episode it would have been at k (DESIGN §10). Returns [] for no simulations.
-    """
-    if not simulations:
-        return []
-    outcomes = [(is_success(reward_of(s)), episode_errors(s)) for s in simulations]
-    n = len(outcomes)
-    return [sum(1 for ok, e in outcomes if ok and e < k) / n for k in range(max_errors + 1)]
 
 
 # -- endpoints -------------------------------------------------------------------------------
@@ -281,6 +252,30 @@ async def check_reachable(base_url: str, what: str) -> None:
 
 
 @contextlib.contextmanager
+def proxy_in_front(upstream: str, *, max_errors: int, name: str = "upstream") -> Iterator[str]:
+    """Start the toolsentry proxy on a free loopback port in front of the OpenAI base URL
+    `upstream`, with budget `max_errors` and per-request overrides allowed (the arms' repair).
+
+    Yields the proxy's OpenAI base URL; the proxy stops on exit.
+    """
+    from proxy.app import create_app
+    from proxy.config import Settings, UpstreamConfig
+    from proxy.testing import LoopbackServer
+
+    settings = Settings(
+        upstreams=[UpstreamConfig(name=name, base_url=upstream)],
+        max_errors=max_errors,
+        allow_overrides=True,
+    )
+    proxy = LoopbackServer(create_app(settings))
+    proxy.start()
+    try:
+        yield f"{proxy.url}/v1"
+    finally:
+        proxy.stop()
+
+
+@contextlib.contextmanager
 def embedded_upstream(
     domain: Domain, options: ReplayOptions, profiles: dict[str, DamageProfile]
 ) -> Iterator[str]:
@@ -290,25 +285,16 @@ def embedded_upstream(
     run's `max_errors`; arms choose repair per request.
     """
     from evalkit.sim.server import create_sim_app
-    from proxy.app import create_app
-    from proxy.config import Settings, UpstreamConfig
     from proxy.testing import LoopbackServer
 
     first = next(iter(profiles))
     sim = LoopbackServer(create_sim_app(domain, profiles, default_profile=first, seed=options.seed))
     sim.start()
     try:
-        settings = Settings(
-            upstreams=[UpstreamConfig(name="evalkit-sim", base_url=f"{sim.url}/v1")],
-            max_errors=options.max_errors,
-            allow_overrides=True,
-        )
-        proxy = LoopbackServer(create_app(settings))
-        proxy.start()
-        try:
-            yield f"{proxy.url}/v1"
-        finally:
-            proxy.stop()
+        with proxy_in_front(
+            f"{sim.url}/v1", max_errors=options.max_errors, name="evalkit-sim"
+        ) as base_url:
+            yield base_url
     finally:
         sim.stop()
 
@@ -656,10 +642,8 @@ __all__ = [
     "Arm",
     "Replay",
     "ReplayOptions",
-    "budget_curve",
     "check_reachable",
     "embedded_upstream",
-    "episode_errors",
     "execute",
     "plan_arms",
     "select_tasks",

@@ -30,6 +30,17 @@ from matplotlib.figure import Figure
 from evalkit.analysis.channels import ErrorChannel
 from evalkit.analysis.compare import CellComparison
 from evalkit.analysis.run import RunAnalysis
+from evalkit.analysis.table import Table
+from evalkit.analysis.tables import (
+    budget_ci_table,
+    budget_order,
+    channel_table,
+    compare_table,
+    experienced_tables,
+    runs_table,
+    termination_table,
+    wrong_names_table,
+)
 
 COLOURS: Final = ("#1f5fa8", "#d1495b", "#2e8b57", "#8a5fbf")
 _SLUG: Final = re.compile(r"[^a-z0-9]+")
@@ -72,28 +83,31 @@ class ReportFiles:
 
 
 def budget_figure(runs: Sequence[RunAnalysis]) -> Figure:
-    """Mean reward at every error budget, one line per run, with its confidence band."""
+    """Mean reward at every error budget, one line per run, with its confidence band, on the
+    budget the (first) run was budgeted with."""
     figure, axes = _new_figure()
+    budget = budget_order(runs)[0]
     for colour, run in zip(COLOURS, runs, strict=False):
-        ks = [p.k for p in run.budget_curve]
+        curve = run.curve(budget)
+        ks = [p.k for p in curve]
         axes.fill_between(
             ks,
-            [100 * p.ci_low for p in run.budget_curve],
-            [100 * p.ci_high for p in run.budget_curve],
+            [100 * p.ci_low for p in curve],
+            [100 * p.ci_high for p in curve],
             color=colour,
             alpha=0.18,
             linewidth=0,
         )
         axes.plot(
             ks,
-            [100 * p.pass_rate for p in run.budget_curve],
+            [100 * p.pass_rate for p in curve],
             marker="o",
             markersize=4,
             color=colour,
             label=run.label,
         )
-    axes.set_xlabel("error budget k (episode ends when its tool errors reach k)")
-    axes.set_ylabel("pass rate (%)")
+    axes.set_xlabel(f"error budget k ({budget.label})")
+    axes.set_ylabel("mean reward (points)")
     axes.set_ylim(0, 100)
     axes.set_title("Budget curve (95% bootstrap CI)")
     top = max((r.max_errors for r in runs), default=0)
@@ -186,153 +200,23 @@ def _section(
 # -- HTML and Markdown -------------------------------------------------------------------------
 
 
-def _pct(value: float | None, digits: int = 1) -> str:
-    return "—" if value is None else f"{100 * value:.{digits}f}"
+def section_tables(section: Section) -> list[Table]:
+    """The tables of one section, in reading order (the same builders `analyze` prints with)."""
+    runs, comparison = section.runs, section.comparison
+    shown = [runs_table(runs), channel_table(runs, comparison), *experienced_tables(runs)]
+    shown += [budget_ci_table(runs, budget, comparison) for budget in budget_order(runs)]
+    shown += [termination_table(runs), wrong_names_table(runs, top=8)]
+    return shown
 
 
-def _num(value: float | None, digits: int = 2) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-def _p(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return "<0.001" if value < 0.001 else f"{value:.3f}"
-
-
-def compare_rows(comparisons: Sequence[CellComparison]) -> tuple[list[str], list[list[str]]]:
-    """The comparison table: one row per cell."""
-    header = [
-        "cell",
-        "A",
-        "B",
-        "pairs",
-        "A score",
-        "B score",
-        "B − A [95% CI]",
-        "p (Holm)",
-        "TOST p",
-        "ρ wrong names",
-        "ρ task×channel",
-        "novel %",
-        "largest gap",
-    ]
-    rows = []
-    for c in comparisons:
-        gap = c.largest_gap()
-        rows.append(
-            [
-                c.name,
-                c.a.label,
-                c.b.label,
-                str(c.pairs),
-                _pct(c.a_score),
-                _pct(c.b_score),
-                f"{100 * c.difference:+.1f} [{100 * c.ci[0]:+.1f}, {100 * c.ci[1]:+.1f}]",
-                _p(c.p_holm),
-                "—" if c.tost is None else _p(c.tost.p),
-                _num(c.tool_name_correlation),
-                _num(c.signature_correlation),
-                _pct(c.novel_share),
-                "—" if gap is None else f"{100 * gap.gap:.1f} at k={gap.k}",
-            ]
-        )
-    return header, rows
-
-
-def summary_rows(runs: Sequence[RunAnalysis]) -> tuple[list[str], list[list[str]]]:
-    """One row per run: what it is and its headline figures."""
-    header = [
-        "run",
-        "model",
-        "episodes",
-        "mean reward",
-        "tool errors",
-        "errors / episode",
-        "budget",
-        "schemas",
-    ]
-    rows = [
-        [
-            r.label,
-            r.model,
-            str(len(r.episodes)),
-            _pct(r.mean_reward),
-            str(r.errors),
-            _num(r.errors / len(r.episodes) if r.episodes else None),
-            str(r.max_errors),
-            r.schema_source or "none (classified from error texts)",
-        ]
-        for r in runs
-    ]
-    return header, rows
-
-
-def channel_rows(
-    runs: Sequence[RunAnalysis], comparison: CellComparison | None = None
-) -> tuple[list[str], list[list[str]]]:
-    """Per channel: counts and rates per 100 calls of each run, and B/A with its interval."""
-    header = ["channel"]
-    for run in runs:
-        prefix = f"{run.label}: " if len(runs) > 1 else ""
-        header += [f"{prefix}count", f"{prefix}per 100 calls"]
-    if comparison is not None:
-        header.append("B/A [95% CI]")
-    rows = []
-    for channel in ErrorChannel:
-        row = [channel.label]
-        for run in runs:
-            row += [str(run.channels()[channel]), _pct(run.rate(channel), 2)]
-        if comparison is not None:
-            found = next(c for c in comparison.channels if c.channel is channel)
-            r = found.ratio
-            row.append(
-                "—"
-                if r is None
-                else f"×{r.ratio:.2f} [{r.low:.2f}, {r.high:.2f}]{'*' if r.corrected else ''}"
-            )
-        rows.append(row)
-    return header, rows
-
-
-def budget_rows(
-    runs: Sequence[RunAnalysis], comparison: CellComparison | None = None
-) -> tuple[list[str], list[list[str]]]:
-    """Per budget k: each run's pass rate with its interval, and the gap A − B."""
-    header = ["k"] + [f"{r.label if len(runs) > 1 else 'pass rate'} [95% CI]" for r in runs]
-    if comparison is not None:
-        header.append("gap A − B [95% CI]")
-    rows = []
-    top = max(r.max_errors for r in runs)
-    for k in range(top + 1):
-        row = [str(k)]
-        for run in runs:
-            point = next((p for p in run.budget_curve if p.k == k), None)
-            row.append(
-                "—"
-                if point is None
-                else f"{_pct(point.pass_rate)} [{_pct(point.ci_low)}, {_pct(point.ci_high)}]"
-            )
-        if comparison is not None:
-            gap = next((g for g in comparison.gaps if g.k == k), None)
-            row.append(
-                "—"
-                if gap is None
-                else f"{100 * gap.gap:+.1f} [{100 * gap.ci_low:+.1f}, {100 * gap.ci_high:+.1f}]"
-            )
-        rows.append(row)
-    return header, rows
-
-
-def detail_rows(runs: Sequence[RunAnalysis]) -> tuple[list[str], list[list[str]]]:
-    """Termination reasons and the most frequent wrong tool names, per run."""
-    header = ["run", "termination reasons", "most frequent wrong tool names"]
-    rows = []
-    for run in runs:
-        reasons = ", ".join(f"{k} {v}" for k, v in run.termination_reasons().most_common())
-        names = ", ".join(f"{k} {v}" for k, v in run.wrong_tool_names().most_common(8))
-        rows.append([run.label, reasons or "—", names or "none"])
-    return header, rows
+STATISTICS: Final = (
+    "ρ wrong names: Spearman rank correlation of how often each wrong tool name is called in A "
+    "and in B (the paper's statistic: the same mistakes, louder, when close to 1).",
+    "novel wrong names %: the share of B's wrong-name calls whose name A never calls.",
+    "ρ task×channel: the same correlation over (task, channel) signatures of every tool error.",
+    "novel task×channel %: the share of B's tool errors whose (task, channel) never fails in A.",
+    "largest gap: where B's budget curve falls furthest below A's (k ≥ 1).",
+)
 
 
 _CSS: Final = """
@@ -344,20 +228,12 @@ p.verdict { font-size: 1.05rem; background: #eef3fb; border-left: 4px solid #1f5
             padding: .6rem .9rem; }
 table { border-collapse: collapse; margin: .8rem 0 1.2rem; font-size: 13px; background: #fff; }
 th, td { border: 1px solid #dfe3ea; padding: .3rem .55rem; text-align: left; vertical-align: top; }
-th { background: #f1f4f8; }
+th { background: #f1f4f8; } td.num { text-align: right; }
 .figures { display: flex; flex-wrap: wrap; gap: .8rem; }
 figure { margin: 0; background: #fff; border: 1px solid #dfe3ea; padding: .4rem; }
 figure img { width: 560px; max-width: 100%; height: auto; display: block; }
 figcaption { font-size: 12px; color: #5b6575; }
 """
-
-
-def _html_table(header: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def render_html(title: str, sections: Sequence[Section]) -> str:
@@ -376,7 +252,8 @@ def render_html(title: str, sections: Sequence[Section]) -> str:
     ]
     if comparisons:
         parts.append("<h2>Comparison</h2>")
-        parts.append(_html_table(*compare_rows(comparisons)))
+        parts.append(compare_table(comparisons).html(level=0))
+        parts.append("<ul>" + "".join(f"<li>{html.escape(d)}</li>" for d in STATISTICS) + "</ul>")
         parts.append(
             "<ul>"
             + "".join(
@@ -389,7 +266,8 @@ def render_html(title: str, sections: Sequence[Section]) -> str:
         parts.append(f'<h2 id="{section.slug}">{html.escape(section.title)}</h2>')
         if section.comparison is not None:
             parts.append(f'<p class="verdict">{html.escape(section.comparison.verdict())}</p>')
-        parts.append(_html_table(*summary_rows(section.runs)))
+        tables = section_tables(section)
+        parts.append(tables[0].html())
         parts.append('<div class="figures">')
         for figure in section.figures:
             data = base64.b64encode(figure.png).decode("ascii")
@@ -399,27 +277,9 @@ def render_html(title: str, sections: Sequence[Section]) -> str:
                 "</figcaption></figure>"
             )
         parts.append("</div>")
-        parts.append("<h3>Channels</h3>")
-        parts.append(_html_table(*channel_rows(section.runs, section.comparison)))
-        parts.append("<h3>Budget curve</h3>")
-        parts.append(_html_table(*budget_rows(section.runs, section.comparison)))
-        parts.append("<h3>Episodes</h3>")
-        parts.append(_html_table(*detail_rows(section.runs)))
+        parts += [table.html() for table in tables[1:]]
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
-
-
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = [
-        "| " + " | ".join(_md_cell(h) for h in header) + " |",
-        "|" + "|".join("---" for _ in header) + "|",
-    ]
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def render_markdown(title: str, sections: Sequence[Section], figures_dir: str) -> str:
@@ -427,29 +287,20 @@ def render_markdown(title: str, sections: Sequence[Section], figures_dir: str) -
     comparisons = [s.comparison for s in sections if s.comparison is not None]
     parts = [f"# {title}", ""]
     if comparisons:
-        parts += ["## Comparison", "", _md_table(*compare_rows(comparisons)), ""]
-        parts += [f"- **{_md_cell(c.name)}**: {c.verdict()}" for c in comparisons]
+        parts += ["## Comparison", "", compare_table(comparisons).markdown(level=0)]
+        parts += [f"- {d}" for d in STATISTICS]
+        parts.append("")
+        parts += [f"- **{c.name}**: {c.verdict()}" for c in comparisons]
         parts.append("")
     for section in sections:
         parts += [f"## {section.title}", ""]
         if section.comparison is not None:
             parts += [f"> {section.comparison.verdict()}", ""]
-        parts += [_md_table(*summary_rows(section.runs)), ""]
+        tables = section_tables(section)
+        parts += [tables[0].markdown(level=3)]
         parts += [f"![{f.title}]({figures_dir}/{f.name}.png)" for f in section.figures]
-        parts += [
-            "",
-            "### Channels",
-            "",
-            _md_table(*channel_rows(section.runs, section.comparison)),
-            "",
-        ]
-        parts += [
-            "### Budget curve",
-            "",
-            _md_table(*budget_rows(section.runs, section.comparison)),
-            "",
-        ]
-        parts += ["### Episodes", "", _md_table(*detail_rows(section.runs)), ""]
+        parts.append("")
+        parts += [table.markdown(level=3) for table in tables[1:]]
     return "\n".join(parts)
 
 

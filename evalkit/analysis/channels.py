@@ -15,8 +15,11 @@ against `max_errors`, the agent's and the user's — and falls in exactly one ch
 
 The validator also finds mistakes that raised no error — a call the tool tolerated, a tool call
 leaked into the text, an empty message. Those do not consume the error budget and are kept apart
-as `silent` violations. When the episode ran through the proxy, its `toolsentry` block adds what
-the proxy counted, repaired violations included (`proxy_channels`, `repairs`).
+as `silent` violations; they count against the proxy's budget, which counts every failure the
+agent experienced (`EpisodeFailures.experienced`, in the proxy's own channels), but not against
+τ²-bench's. When the episode ran through the proxy, its `toolsentry` block adds what the proxy
+counted upstream, repaired violations included (`ProxyRecord`: the session record the run
+fetched, else the `x-toolsentry-*` headers of each turn).
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from evalkit.agent import to_openai_messages
+from evalkit.analysis.budget import Budget
 from evalkit.formats import SimulationRun
 from evalkit.messages import AssistantMessage, ToolCall, ToolMessage, UserMessage
+from evalkit.tasks import RewardType
 from proxy.guard import Channel, Violation
 from proxy.guard.toolcheck import ToolIndex, validate
 
@@ -86,6 +91,29 @@ _SCHEMA_TEXT: Final = re.compile(
     re.I,
 )
 _TEXT_LIMIT: Final = 200
+_TO_GUARD: Final = {error: channel for channel, error in _FROM_GUARD.items()}
+REPAIRS_HEADER: Final = "x-toolsentry-repairs"
+
+
+class NLScoring(enum.StrEnum):
+    """How an episode's NL assertions entered its reward."""
+
+    NONE = "none"  # the task has none, or the episode ended before any check ran
+    JUDGED = "judged"
+    NOT_EVALUATED = "not evaluated"
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyRecord:
+    """What the proxy counted in one episode: violations per channel as the upstream made them
+    (repaired ones included), its requests and repairs, and where these figures come from:
+    `session record` (the proxy's `GET /v1/sessions/{id}`, exact) or `response headers` (the
+    `x-toolsentry-*` headers of each turn: one per channel per turn, a lower bound)."""
+
+    channels: Mapping[str, int]
+    requests: int
+    repairs: int
+    source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,13 +148,43 @@ class EpisodeFailures:
     agent_calls: int
     user_calls: int
     silent: tuple[Violation, ...] = field(default_factory=tuple)
-    proxy_channels: Mapping[str, int] = field(default_factory=dict)
-    repairs: int = 0
+    agent_turns: int = 0
+    proxy: ProxyRecord | None = None
+    nl_assertions: NLScoring = NLScoring.NONE
 
     @property
     def errors(self) -> int:
         """The episode's error count as τ²-bench kept it (tool messages with `error: true`)."""
         return len(self.failures)
+
+    def experienced(self) -> Counter[Channel]:
+        """The failures the agent experienced, in the proxy's channels — what the proxy counts
+        against its budget: its calls' tool errors (on the channel of the call's violation, else
+        `tool_error`), and the violations that reached it without raising one (leaked calls,
+        empty answers, tolerated calls). The user's tool errors are not the agent's."""
+        counts: Counter[Channel] = Counter()
+        for failure in self.failures:
+            if failure.channel is not ErrorChannel.USER_TOOL_ERROR:
+                counts[_TO_GUARD.get(failure.channel, Channel.TOOL_ERROR)] += 1
+        counts.update(v.channel for v in self.silent)
+        return counts
+
+    def errors_for(self, budget: Budget) -> int:
+        """The episode's count under `budget` (see `evalkit.analysis.budget`): τ²-bench's tool
+        errors, or for the proxy's budget the larger of them and the experienced failures."""
+        if budget is Budget.TAU2:
+            return self.errors
+        return max(self.errors, sum(self.experienced().values()))
+
+    @property
+    def proxy_channels(self) -> Mapping[str, int]:
+        """Violations the proxy counted per channel, repaired ones included (empty without it)."""
+        return self.proxy.channels if self.proxy is not None else {}
+
+    @property
+    def repairs(self) -> int:
+        """Repairs the proxy made in the episode (0 without it)."""
+        return self.proxy.repairs if self.proxy is not None else 0
 
     def channels(self) -> Counter[ErrorChannel]:
         """Failures per channel."""
@@ -166,8 +224,10 @@ def classify_simulation(
     pending: list[_PendingCall] = []
     failures: list[Failure] = []
     silent: list[Violation] = []
-    agent_calls = user_calls = 0
-    for message in simulation.messages:
+    agent_calls = user_calls = agent_turns = 0
+    for position, message in enumerate(simulation.messages):
+        # The first message is the agent's fixed greeting, not a turn of the model.
+        agent_turns += isinstance(message, AssistantMessage) and position > 0
         if isinstance(message, AssistantMessage) and tools is not None:
             per_call, message_level = _check_message(message, tools.index)
             silent.extend(message_level)
@@ -200,23 +260,69 @@ def classify_simulation(
         agent_calls=agent_calls,
         user_calls=user_calls,
         silent=tuple(silent),
-        **_proxy_report(simulation.toolsentry),
+        agent_turns=agent_turns,
+        proxy=proxy_record(simulation.toolsentry),
+        nl_assertions=nl_scoring(simulation),
     )
 
 
-def _proxy_report(block: Mapping[str, Any] | None) -> dict[str, Any]:
-    """What the proxy itself counted in the episode (its `toolsentry` block), when it was there:
-    violations per channel, repaired ones included, which the trajectory no longer shows."""
+def nl_scoring(simulation: SimulationRun) -> NLScoring:
+    """Whether a judge scored the episode's NL assertions, or they were left out of its reward
+    (`reward_info.info["not_evaluated"]`)."""
+    info = simulation.reward_info
+    if info is None:
+        return NLScoring.NONE
+    if info.nl_assertions:
+        return NLScoring.JUDGED
+    left_out = (info.info or {}).get("not_evaluated")
+    if isinstance(left_out, list) and RewardType.NL_ASSERTION.value in left_out:
+        return NLScoring.NOT_EVALUATED
+    return NLScoring.NONE
+
+
+def proxy_record(block: Mapping[str, Any] | None) -> ProxyRecord | None:
+    """What the proxy itself counted in one episode, from its `toolsentry` block: the session
+    record when the run fetched one, else the headers kept on each turn; None for an episode
+    that did not go through the proxy (no block, or a block without proxy headers)."""
     if not isinstance(block, Mapping):
-        return {}
+        return None
+    record = block.get("proxy_session")
+    if isinstance(record, Mapping) and isinstance(record.get("channels"), Mapping):
+        return ProxyRecord(
+            channels=_counts(record["channels"]),
+            requests=_integer(record.get("requests")),
+            repairs=_integer(record.get("repairs")),
+            source="session record",
+        )
+    turns = [t for t in block.get("turns") or [] if isinstance(t, Mapping)]
+    if not turns:
+        return None
+    # x-toolsentry-repairs counts the repairs of its own response.
+    repairs = sum(_integer(_header(t, REPAIRS_HEADER)) for t in turns)
     channels = block.get("channels")
-    repairs = block.get("repairs")
-    return {
-        "proxy_channels": {str(k): v for k, v in (channels or {}).items() if isinstance(v, int)}
-        if isinstance(channels, Mapping)
-        else {},
-        "repairs": repairs if isinstance(repairs, int) else 0,
-    }
+    return ProxyRecord(
+        channels=_counts(channels) if isinstance(channels, Mapping) else {},
+        requests=len(turns),
+        repairs=repairs,
+        source="response headers",
+    )
+
+
+def _header(turn: Mapping[str, Any], name: str) -> object:
+    headers = turn.get("headers")
+    return headers.get(name) if isinstance(headers, Mapping) else None
+
+
+def _counts(values: Mapping[Any, Any]) -> dict[str, int]:
+    return {str(k): v for k, v in values.items() if isinstance(v, int)}
+
+
+def _integer(value: object) -> int:
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    return int(value) if isinstance(value, str) and value.isdigit() else 0
 
 
 def count_channels(episodes: Iterable[EpisodeFailures]) -> Counter[ErrorChannel]:

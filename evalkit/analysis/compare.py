@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from evalkit.analysis.budget import rewards_by_budget
+from evalkit.analysis.budget import Budget, rewards_by_budget
 from evalkit.analysis.channels import EpisodeFailures, ErrorChannel
 from evalkit.analysis.run import RunAnalysis
 from evalkit.analysis.stats import (
@@ -122,6 +122,7 @@ class CellComparison:
     novel_share: float | None
     novel_tool_name_share: float | None
     gaps: tuple[BudgetGap, ...]
+    budget: Budget = Budget.TAU2
 
     @property
     def domain(self) -> str:
@@ -221,6 +222,7 @@ class CellComparison:
                 "task_channel": self.novel_share,
                 "wrong_tool_names": self.novel_tool_name_share,
             },
+            "budget": self.budget.value,
             "budget_gap": [g.to_dict() for g in self.gaps],
             "verdict": self.verdict(),
         }
@@ -268,6 +270,7 @@ class _Paired:
 
 def _paired_statistics(
     pairs: Sequence[tuple[EpisodeFailures, EpisodeFailures]],
+    kind: Budget,
     budget: int,
     margin: float,
     confidence: float,
@@ -279,8 +282,8 @@ def _paired_statistics(
     ra = np.array([ea.reward for ea, _ in pairs])
     rb = np.array([eb.reward for _, eb in pairs])
     tasks: list[Hashable] = [ea.task_id for ea, _ in pairs]
-    curve_a = rewards_by_budget(ra.tolist(), [ea.errors for ea, _ in pairs], budget)
-    curve_b = rewards_by_budget(rb.tolist(), [eb.errors for _, eb in pairs], budget)
+    curve_a = rewards_by_budget(ra.tolist(), [ea.errors_for(kind) for ea, _ in pairs], budget)
+    curve_b = rewards_by_budget(rb.tolist(), [eb.errors_for(kind) for _, eb in pairs], budget)
     differences = rb - ra
     # One bootstrap for the score difference and every budget's gap, so they agree.
     table = np.column_stack([differences, curve_a - curve_b])
@@ -320,7 +323,8 @@ def compare_runs(
     """Compare run B against the reference run A (one cell; `p_holm` is the raw p-value here).
 
     `margin` is the equivalence margin as a fraction of the reward (0.075 = ±7.5 points). The
-    budget gap runs to the smaller of the two runs' budgets.
+    budget gap runs to the smaller of the two runs' budgets, on the proxy's budget when both runs
+    were budgeted by it, else on τ²-bench's.
 
     Raises:
         ValueError: when `margin` is not positive.
@@ -328,8 +332,9 @@ def compare_runs(
     if margin <= 0:
         raise ValueError(f"the equivalence margin must be positive, got {margin}")
     pairs = pair_episodes(a.episodes, b.episodes)
+    kind = a.budget if a.budget is b.budget else Budget.TAU2
     paired = _paired_statistics(
-        pairs, min(a.max_errors, b.max_errors), margin, confidence, resamples, seed
+        pairs, kind, min(a.max_errors, b.max_errors), margin, confidence, resamples, seed
     )
     tool_corr, tool_novel = _signatures(a.wrong_tool_names(), b.wrong_tool_names())
     sig_corr, sig_novel = _signatures(_task_channel(a.episodes), _task_channel(b.episodes))
@@ -353,6 +358,7 @@ def compare_runs(
         novel_share=sig_novel,
         novel_tool_name_share=tool_novel,
         gaps=paired.gaps,
+        budget=kind,
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from evalkit.analysis.channels import DeclaredTools, EpisodeFailures, classify_simulation
 from evalkit.analysis.run import DEFAULT_MAX_ERRORS, RunAnalysis, analyze_episodes
@@ -94,7 +94,8 @@ class _Group:
     model: str
     max_errors: int
     episodes: list[EpisodeFailures]
-    paths: list[Path]
+    labels: list[str]
+    sources: list[str]
     schema_source: str | None
 
 
@@ -106,30 +107,49 @@ def load_runs(
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
 ) -> list[RunAnalysis]:
-    """Read results files and analyse them as runs: one per (domain, agent model), in order of
-    first appearance; the files of one run (trials, shards) are pooled.
-
-    `tools` finds the agent's schemas (default: `default_tool_source()`). A run's budget is the
-    smallest `max_errors` among its files (τ²-bench's default, 10, when a file records none).
-    Its label is `label`, else the name of its first file.
+    """Read results files and analyse them as runs (see `analyze_results`).
 
     Raises:
         ResultsFileError: when a file cannot be read.
         DataError: when a domain directory cannot be loaded.
     """
+    loaded = [(Path(path), read_results(path)) for path in paths]
+    return analyze_results(loaded, tools=tools, label=label, resamples=resamples, seed=seed)
+
+
+def analyze_results(
+    files: Sequence[tuple[Path | None, Results]],
+    *,
+    tools: ToolSource | None = None,
+    label: str | None = None,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> list[RunAnalysis]:
+    """Analyse results (each with the path it was read from, or None) as runs: one per
+    (domain, agent model), in order of first appearance; the files of one run (trials, shards)
+    are pooled.
+
+    `tools` finds the agent's schemas (default: `default_tool_source()`). A run's budget is the
+    smallest `max_errors` among its files (τ²-bench's default, 10, when a file records none).
+    Its label is `label`, else `run_label` of its first file.
+
+    Raises:
+        DataError: when a domain directory cannot be loaded.
+    """
     source = tools or default_tool_source()
     groups: dict[tuple[str, str], _Group] = {}
-    for path in paths:
-        results = read_results(path)
+    for path, results in files:
         domain, model = run_key(results)
         declared = source(domain, results)
         group = groups.get((domain, model))
         if group is None:
             group = groups[(domain, model)] = _Group(
-                domain, model, _max_errors(results), [], [], None
+                domain, model, _max_errors(results), [], [], [], None
             )
         group.max_errors = min(group.max_errors, _max_errors(results))
-        group.paths.append(Path(path))
+        group.labels.append(run_label(results, path))
+        if path is not None:
+            group.sources.append(str(path))
         if declared is not None and group.schema_source is None:
             group.schema_source = declared.source
         group.episodes.extend(classify_simulation(s, declared) for s in results.simulations)
@@ -137,16 +157,42 @@ def load_runs(
         analyze_episodes(
             g.episodes,
             max_errors=g.max_errors,
-            label=label or _default_label(g.paths),
+            label=label or _pooled_label(g.labels),
             domain=g.domain,
             model=g.model,
             schema_source=g.schema_source,
-            sources=[str(p) for p in g.paths],
+            sources=g.sources,
             resamples=resamples,
             seed=seed,
         )
         for g in groups.values()
     ]
+
+
+GENERIC_STEMS: Final = frozenset({"results", "result", "run", "simulations"})
+
+
+def run_label(results: Results, path: Path | None = None) -> str:
+    """What a run is called in tables and legends: its replay arm (`info.toolsentry.arm`), else
+    its file's name — the directory's when the file has a generic name such as
+    `results.json` — else its agent model."""
+    block = results.info.get("toolsentry")
+    arm = block.get("arm") if isinstance(block, dict) else None
+    if isinstance(arm, str) and arm:
+        return arm
+    if path is not None:
+        stem = path.stem
+        if stem.lower() not in GENERIC_STEMS:
+            return stem
+        if path.resolve().parent.name:
+            return path.resolve().parent.name
+    return run_key(results)[1]
+
+
+def _pooled_label(labels: Sequence[str]) -> str:
+    first = labels[0]
+    others = len(labels) - 1
+    return first if others == 0 or set(labels) == {first} else f"{first} (+{others} more)"
 
 
 def run_key(results: Results) -> tuple[str, str]:
@@ -164,11 +210,6 @@ def run_key(results: Results) -> tuple[str, str]:
 def _max_errors(results: Results) -> int:
     value: Any = results.info.get("max_errors")
     return value if isinstance(value, int) and value >= 0 else DEFAULT_MAX_ERRORS
-
-
-def _default_label(paths: Sequence[Path]) -> str:
-    first = paths[0].stem
-    return first if len(paths) == 1 else f"{first} (+{len(paths) - 1} more)"
 
 
 def pair_cells(

@@ -1,19 +1,22 @@
 """The analysis of one run: its episodes' failures summed per channel, per task and per episode,
-the distribution of errors per episode, termination reasons, wrong tool names and the budget
-curve. Built from classified episodes (`channels.py`); pure.
+the distribution of errors per episode, termination reasons, wrong tool names, the mean reward
+with its interval, pass^k, and a budget curve for each of the two budgets (`budget.py`). Built
+from classified episodes (`channels.py`); pure.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalkit.analysis.budget import BudgetPoint, budget_curve
-from evalkit.analysis.channels import EpisodeFailures, ErrorChannel, count_channels
-from evalkit.analysis.stats import DEFAULT_RESAMPLES
+from evalkit.analysis.budget import Budget, BudgetPoint, budget_curve
+from evalkit.analysis.channels import EpisodeFailures, ErrorChannel, NLScoring, count_channels
+from evalkit.analysis.stats import DEFAULT_RESAMPLES, cluster_bootstrap_ci
+from evalkit.scoring import is_success, pass_hat_k
+from proxy.guard import Channel
 
 DEFAULT_MAX_ERRORS = 10  # τ²-bench's default, for files that do not record theirs
 
@@ -44,6 +47,9 @@ class RunAnalysis:
     """One run (one domain, one agent model; any number of files and trials).
 
     `max_errors` is the budget the episodes ran at (the smallest one when files differ);
+    `budget` is how they were budgeted (the proxy's budget when the run went through the proxy,
+    else τ²-bench's): the curve a headline quotes. `curves` holds both budgets' curves;
+    `reward_ci` the bootstrap interval of the mean reward (tasks resampled);
     `schema_source` says where the agent's tool schemas came from (None: from error texts).
     """
 
@@ -52,11 +58,33 @@ class RunAnalysis:
     model: str
     max_errors: int
     episodes: tuple[EpisodeFailures, ...]
-    budget_curve: tuple[BudgetPoint, ...]
+    curves: Mapping[Budget, tuple[BudgetPoint, ...]]
+    budget: Budget = Budget.TAU2
+    reward_ci: tuple[float, float] = (0.0, 0.0)
     schema_source: str | None = None
     sources: tuple[str, ...] = field(default_factory=tuple)
 
     # -- figures ---------------------------------------------------------------------------
+
+    @property
+    def budget_curve(self) -> tuple[BudgetPoint, ...]:
+        """The curve of the budget the run was budgeted with (`budget`)."""
+        return self.curves[self.budget]
+
+    def curve(self, budget: Budget) -> tuple[BudgetPoint, ...]:
+        """The curve of `budget`."""
+        return self.curves[budget]
+
+    def at_budget(self, k: int, budget: Budget | None = None) -> float:
+        """The mean reward at budget `k` on `budget`'s curve (default: the run's own budget).
+
+        Raises:
+            ValueError: when `k` is outside 0…max_errors.
+        """
+        curve = self.curves[budget or self.budget]
+        if not 0 <= k < len(curve):
+            raise ValueError(f"budget {k} is outside 0…{self.max_errors}")
+        return curve[k].pass_rate
 
     @property
     def mean_reward(self) -> float:
@@ -64,6 +92,28 @@ class RunAnalysis:
         if not self.episodes:
             return 0.0
         return math.fsum(e.reward for e in self.episodes) / len(self.episodes)
+
+    @property
+    def successes(self) -> int:
+        """Episodes with reward ≈ 1."""
+        return sum(1 for e in self.episodes if is_success(e.reward))
+
+    def pass_hat(self) -> dict[int, float]:
+        """pass^k for k = 1 … the fewest trials of any task (τ²-bench's definition)."""
+        by_task: dict[str, list[float]] = {}
+        for episode in self.episodes:
+            by_task.setdefault(episode.task_id, []).append(episode.reward)
+        trials = min((len(r) for r in by_task.values()), default=0)
+        return {k: pass_hat_k(by_task, k) for k in range(1, trials + 1)}
+
+    def errors_of(self, budget: Budget) -> list[int]:
+        """Each episode's count under `budget`, in episode order."""
+        return [e.errors_for(budget) for e in self.episodes]
+
+    def errors_per_episode_mean(self, budget: Budget) -> float:
+        """The mean count per episode under `budget` (0 for an empty run)."""
+        counts = self.errors_of(budget)
+        return sum(counts) / len(counts) if counts else 0.0
 
     @property
     def errors(self) -> int:
@@ -91,9 +141,46 @@ class RunAnalysis:
         calls = self.calls_for(channel)
         return self.channels()[channel] / calls if calls else None
 
-    def errors_per_episode(self) -> dict[int, int]:
-        """How many episodes had 0, 1, 2, … errors (every count up to the largest)."""
-        counts = Counter(e.errors for e in self.episodes)
+    @property
+    def judged(self) -> int:
+        """Episodes whose NL assertions a judge scored."""
+        return sum(1 for e in self.episodes if e.nl_assertions is NLScoring.JUDGED)
+
+    @property
+    def unjudged(self) -> int:
+        """Episodes scored without their NL assertions (no judge was given)."""
+        return sum(1 for e in self.episodes if e.nl_assertions is NLScoring.NOT_EVALUATED)
+
+    @property
+    def agent_turns(self) -> int:
+        """The agent's turns (assistant messages after the greeting)."""
+        return sum(e.agent_turns for e in self.episodes)
+
+    def experienced(self) -> Counter[Channel]:
+        """Failures the agent experienced per proxy channel (what the proxy's budget counts)."""
+        total: Counter[Channel] = Counter()
+        for episode in self.episodes:
+            total.update(episode.experienced())
+        return total
+
+    @property
+    def through_proxy(self) -> bool:
+        """Whether any episode carries the proxy's own accounting."""
+        return any(e.proxy is not None for e in self.episodes)
+
+    @property
+    def proxy_requests(self) -> int:
+        """Requests the proxy reported over the run."""
+        return sum(e.proxy.requests for e in self.episodes if e.proxy is not None)
+
+    def proxy_sources(self) -> Counter[str]:
+        """Where the proxy's figures of each episode came from (session record, headers)."""
+        return Counter(e.proxy.source for e in self.episodes if e.proxy is not None)
+
+    def errors_per_episode(self, budget: Budget = Budget.TAU2) -> dict[int, int]:
+        """How many episodes had 0, 1, 2, … errors under `budget` (every count up to the
+        largest)."""
+        counts = Counter(self.errors_of(budget))
         top = max(counts, default=-1)
         return {n: counts[n] for n in range(top + 1)}
 
@@ -150,6 +237,11 @@ class RunAnalysis:
             "channels": _named(self.channels()),
             "budget_curve": [p.to_dict() for p in self.budget_curve],
             "termination_reasons": dict(self.termination_reasons().most_common()),
+            "reward_ci": list(self.reward_ci),
+            "budget": self.budget.value,
+            "budget_curves": {b.value: [p.to_dict() for p in self.curves[b]] for b in Budget},
+            "pass_hat": {str(k): v for k, v in self.pass_hat().items()},
+            "nl_assertions": {"judged": self.judged, "unjudged": self.unjudged},
             "label": self.label,
             "domain": self.domain,
             "model": self.model,
@@ -158,11 +250,14 @@ class RunAnalysis:
             "tool_calls": {"assistant": self.agent_calls, "user": self.user_calls},
             "rates": {c.value: self.rate(c) for c in ErrorChannel},
             "errors_per_episode": {str(n): c for n, c in self.errors_per_episode().items()},
+            "experienced": {c.value: n for c, n in self.experienced().most_common()},
             "wrong_tool_names": dict(self.wrong_tool_names().most_common()),
             "silent_violations": dict(self.silent_violations().most_common()),
             "proxy": {
                 "channels": dict(self.proxy_channels().most_common()),
                 "repairs": self.repairs,
+                "requests": self.proxy_requests,
+                "sources": dict(self.proxy_sources()),
             },
             "schema_source": self.schema_source,
             "sources": list(self.sources),
@@ -175,6 +270,7 @@ class RunAnalysis:
                     "reward": e.reward,
                     "termination_reason": e.termination_reason,
                     "errors": e.errors,
+                    "experienced": e.errors_for(Budget.PROXY),
                     "channels": _named(e.channels()),
                 }
                 for e in self.episodes
@@ -191,6 +287,7 @@ def analyze_episodes(
     episodes: Sequence[EpisodeFailures],
     *,
     max_errors: int = DEFAULT_MAX_ERRORS,
+    budget: Budget | None = None,
     label: str = "",
     domain: str = "",
     model: str = "",
@@ -202,29 +299,48 @@ def analyze_episodes(
 ) -> RunAnalysis:
     """Analyse classified episodes that ran at budget `max_errors`.
 
-    The budget curve's bootstrap keeps each task's episodes together.
+    `budget` is how the episodes were budgeted; by default the proxy's when any episode went
+    through the proxy, else τ²-bench's. The bootstraps (both budget curves and the mean
+    reward) keep each task's episodes together.
 
     Raises:
         ValueError: when `max_errors` is negative.
     """
     if max_errors < 0:
         raise ValueError(f"max_errors must be ≥ 0, got {max_errors}")
-    curve = budget_curve(
-        [e.reward for e in episodes],
-        [e.errors for e in episodes],
-        max_errors,
-        [e.task_id for e in episodes],
-        confidence=confidence,
-        resamples=resamples,
-        seed=seed,
-    )
+    rewards = [e.reward for e in episodes]
+    tasks = [e.task_id for e in episodes]
+    curves = {
+        b: tuple(
+            budget_curve(
+                rewards,
+                [e.errors_for(b) for e in episodes],
+                max_errors,
+                tasks,
+                confidence=confidence,
+                resamples=resamples,
+                seed=seed,
+            )
+        )
+        for b in Budget
+    }
+    if budget is None:
+        budget = Budget.PROXY if any(e.proxy is not None for e in episodes) else Budget.TAU2
+    reward_ci = (0.0, 0.0)
+    if episodes:
+        low, high = cluster_bootstrap_ci(
+            rewards, tasks, confidence=confidence, resamples=resamples, seed=seed
+        )
+        reward_ci = (float(low[0]), float(high[0]))
     return RunAnalysis(
         label=label,
         domain=domain,
         model=model,
         max_errors=max_errors,
         episodes=tuple(episodes),
-        budget_curve=tuple(curve),
+        curves=curves,
+        budget=budget,
+        reward_ci=reward_ci,
         schema_source=schema_source,
         sources=tuple(sources),
     )

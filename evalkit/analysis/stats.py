@@ -361,3 +361,26 @@ def spearman(x: npt.ArrayLike, y: npt.ArrayLike) -> float | None:
     if denominator == 0.0:
         return None
     return float(cx @ cy) / denominator
+
+
+# -- proportions -------------------------------------------------------------------------------
+
+Z_95: Final = 1.959964
+
+
+def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
+    """The Wilson score interval of the proportion `successes / n` (95% by default).
+
+    Raises:
+        ValueError: when n is 0 (a proportion of nothing has no interval) or successes is
+            outside 0…n.
+    """
+    if n <= 0:
+        raise ValueError("a proportion of 0 trials has no interval")
+    if not 0 <= successes <= n:
+        raise ValueError(f"{successes} successes in {n} trials")
+    p = successes / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)

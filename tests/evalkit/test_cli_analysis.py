@@ -65,7 +65,12 @@ def test_analyze_prints_tables_of_channels_errors_and_budget(tmp_path: Path) -> 
     a, _ = _pair(tmp_path)
     result = runner.invoke(app, ["analyze", str(a), "--resamples", "200"])
     assert result.exit_code == 0, result.output
-    for heading in ("Failures per channel", "Errors per episode", "Budget curve", "get_weather"):
+    for heading in (
+        "Tool errors per channel",
+        "Episodes by tool errors",
+        "Budget curve",
+        "get_weather",
+    ):
         assert heading in result.output
 
 

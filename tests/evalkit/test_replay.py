@@ -18,6 +18,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from evalkit.analysis.budget import Budget, reward_at_budget
 from evalkit.cli import app
 from evalkit.domains import domain_names, get_domain
 from evalkit.errors import EndpointError, UsageError
@@ -27,14 +28,11 @@ from evalkit.replay import (
     Arm,
     Replay,
     ReplayOptions,
-    budget_curve,
     check_reachable,
-    episode_errors,
     execute,
     plan_arms,
     select_tasks,
 )
-from evalkit.scoring import RewardInfo
 from evalkit.summary import summarize_replay
 from proxy.testing import free_port
 from tests.evalkit.conftest import Reply, ScriptedChatServer, completion
@@ -119,7 +117,7 @@ def mechanism(
         trials=3,
         seed=1,
     )
-    return {s.arm: s.budget for s in summarize_replay(replay)}
+    return {r.label: [p.pass_rate for p in r.budget_curve] for r in summarize_replay(replay)}
 
 
 def gap(curves: dict[str, list[float]], a: str, b: str, k: int) -> float:
@@ -155,14 +153,20 @@ def test_the_budget_curve_matches_a_run_at_that_budget(tmp_path: Path) -> None:
     at_10 = replay_run(tmp_path / "b10", max_errors=10, **options)
     at_2 = replay_run(tmp_path / "b2", max_errors=2, **options)
     (arm,) = at_10.arms
-    wide = {(s.task_id, s.trial): s for s in at_10.results(arm).simulations}
+    (wide_run,) = summarize_replay(at_10)
+    assert wide_run.budget is Budget.PROXY
+    wide = {(e.task_id, e.trial): e for e in wide_run.episodes}
     tight = {(s.task_id, s.trial): s for s in at_2.results(arm).simulations}
     assert wide.keys() == tight.keys()
-    for key, simulation in wide.items():
-        expected = 1.0 if budget_curve([simulation], 10)[2] == 1.0 else 0.0
+    for key, episode in wide.items():
+        # The counterfactual of evalkit.analysis.budget, on the budget the run ran under.
+        expected = reward_at_budget(episode.reward, episode.errors_for(Budget.PROXY), 2)
         assert tight[key].reward_info is not None
         assert tight[key].reward_info.reward == expected, key
     assert any(s.termination_reason == "too_many_errors" for s in tight.values())
+    # The run at 2 itself: its proxy curve at k = 2 is its own mean reward.
+    (tight_run,) = summarize_replay(at_2)
+    assert tight_run.at_budget(2) == tight_run.mean_reward
 
 
 # -- one results file, however it is served and scheduled ----------------------------------------
@@ -296,40 +300,6 @@ def test_resume_needs_a_replay_directory(tmp_path: Path) -> None:
 # -- pure parts ------------------------------------------------------------------------------
 
 
-def make_simulation(reward: float, errors: int, proxy_errors: int | None = None) -> SimulationRun:
-    block: dict[str, Any] = {"episode_errors": errors, "errors": proxy_errors}
-    return SimulationRun(
-        id="s",
-        task_id="t",
-        termination_reason="user_stop",
-        reward_info=RewardInfo(reward=reward),
-        toolsentry=block,
-    )
-
-
-def test_the_budget_curve_counts_an_episode_until_its_errors_reach_k() -> None:
-    runs = [
-        make_simulation(1.0, 0),
-        make_simulation(1.0, 2),
-        make_simulation(0.0, 0),
-        make_simulation(1.0, 1, 3),
-    ]
-    assert budget_curve(runs, 4) == [0.0, 0.25, 0.25, 0.5, 0.75]
-    assert budget_curve([], 10) == []
-
-
-def test_episode_errors_are_the_larger_of_the_proxy_and_environment_counts() -> None:
-    assert episode_errors(make_simulation(1.0, 1, 3)) == 3
-    assert episode_errors(make_simulation(1.0, 2, None)) == 2
-    without_block = SimulationRun(
-        id="s",
-        task_id="t",
-        termination_reason="user_stop",
-        messages=[ToolMessage(id="c", content="Error: x", error=True)],
-    )
-    assert episode_errors(without_block) == 1
-
-
 def test_arms_are_profiles_times_repair_modes_or_the_external_model() -> None:
     replay = Replay.start(ReplayOptions(tasks="0"), Path("unused"))
     assert [a.name for a in replay.arms] == ["bf16", "bf16+repair", "int4", "int4+repair"]
@@ -363,7 +333,12 @@ def test_replay_command_prints_the_summary_and_writes_results(tmp_path: Path) ->
     out = tmp_path / "run"
     result = runner.invoke(app, ["replay", "--tasks", "0,1,2", "--out", str(out), "--seed", "5"])
     assert result.exit_code == 0, result.output
-    for heading in ("Pass rate", "Budget curve", "Failure channels", "Termination reasons"):
+    for heading in (
+        "Runs",
+        "Budget curve",
+        "Failures the agent experienced",
+        "Termination reasons",
+    ):
         assert heading in result.output
     assert "int4 against bf16" in result.output
     for arm in ("bf16", "bf16+repair", "int4", "int4+repair"):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.analysis.budget import budget_curve, reward_at_budget, rewards_by_budget
+from evalkit.analysis.budget import Budget, budget_curve, reward_at_budget, rewards_by_budget
 from evalkit.analysis.load import default_tool_source, load_runs
 from tests.evalkit.analysis.builders import USER_ERROR, Call, episode, errors, results, write
 
@@ -118,12 +118,18 @@ def test_on_taus_results_the_curve_at_max_errors_is_the_recorded_mean_reward(
     data = json.loads(path.read_text(encoding="utf-8"))
     rewards = [s["reward_info"]["reward"] for s in data["simulations"]]
     (run,) = load_runs([path], tools=default_tool_source(tau2_dir), resamples=500)
+    # A τ²-bench file was budgeted by τ²-bench's count alone: that is its headline curve.
+    assert run.budget is Budget.TAU2
+    curve = run.curve(Budget.TAU2)
     assert run.max_errors == data["info"]["max_errors"]
-    assert run.budget_curve[-1].k == data["info"]["max_errors"]
-    assert run.budget_curve[-1].pass_rate == sum(rewards) / len(rewards)
-    assert run.mean_reward == sum(rewards) / len(rewards)
+    assert curve[-1].k == data["info"]["max_errors"]
+    assert curve[-1].pass_rate == math.fsum(rewards) / len(rewards)
+    assert run.mean_reward == math.fsum(rewards) / len(rewards)
+    # The proxy's count is never below τ²-bench's, so its curve never lies above.
+    proxy = run.curve(Budget.PROXY)
+    assert all(p.pass_rate <= t.pass_rate for p, t in zip(proxy, curve, strict=True))
     # Below the budget the curve can only fall, and at k = 1 only error-free episodes count.
-    rates = [p.pass_rate for p in run.budget_curve]
+    rates = [p.pass_rate for p in curve]
     assert rates == sorted(rates)
     clean = [
         s["reward_info"]["reward"]

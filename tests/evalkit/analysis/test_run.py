@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from evalkit.analysis.budget import Budget
 from evalkit.analysis.channels import ErrorChannel
 from evalkit.analysis.load import load_runs
 from evalkit.analysis.run import analyze_episodes
@@ -72,12 +73,16 @@ def test_the_json_leads_with_the_documented_keys(tmp_path: Path) -> None:
     assert len(data["per_episode"]) == 4
 
 
-def test_the_proxys_own_counts_are_summed_from_the_toolsentry_blocks(tmp_path: Path) -> None:
+def test_the_proxys_own_counts_are_summed_from_the_headers_of_each_turn(tmp_path: Path) -> None:
     through_proxy = episode("1", [Call(UNKNOWN, "get_weather")])
     through_proxy["toolsentry"] = {
-        "turns": [],
+        # x-toolsentry-repairs counts the repairs of its own response: they add up.
+        "turns": [
+            {"turn_idx": 1, "headers": {"x-toolsentry-repairs": "1"}},
+            {"turn_idx": 3, "headers": {"x-toolsentry-repairs": "1"}},
+        ],
         "channels": {"unknown_tool": 3, "schema_violation": 1},
-        "repairs": 2,
+        "repairs": 1,
         "errors": 1,
     }
     direct = episode("2")
@@ -90,7 +95,28 @@ def test_the_proxys_own_counts_are_summed_from_the_toolsentry_blocks(tmp_path: P
     assert run.to_dict()["proxy"] == {
         "channels": {"unknown_tool": 3, "schema_violation": 1},
         "repairs": 2,
+        "requests": 2,
+        "sources": {"response headers": 1},
     }
+    # A run through the proxy is budgeted by it: its headline curve is the proxy's.
+    assert run.budget is Budget.PROXY
+
+
+def test_the_session_record_is_preferred_to_the_headers(tmp_path: Path) -> None:
+    sim = episode("1")
+    sim["toolsentry"] = {
+        "turns": [{"turn_idx": 1, "headers": {"x-toolsentry-repairs": "1"}}],
+        "channels": {"unknown_tool": 1},
+        "proxy_session": {
+            "channels": {"unknown_tool": 3, "tool_error": 1},
+            "requests": 7,
+            "repairs": 2,
+        },
+    }
+    (run,) = load_runs([write(tmp_path / "r.json", results([sim]))], resamples=200)
+    assert run.proxy_channels() == {"unknown_tool": 3, "tool_error": 1}
+    assert (run.proxy_requests, run.repairs) == (7, 2)
+    assert run.proxy_sources() == {"session record": 1}
 
 
 def test_an_empty_run_has_zero_figures_and_no_curve() -> None:
