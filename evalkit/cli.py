@@ -13,13 +13,13 @@ import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 from rich.console import Console
 
 from evalkit.analysis.compare import CellComparison, compare_cells
-from evalkit.analysis.load import default_tool_source, load_runs, pair_cells
+from evalkit.analysis.load import DomainData, load_runs, pair_cells
 from evalkit.analysis.run import RunAnalysis
 from evalkit.analysis.stats import DEFAULT_RESAMPLES
 from evalkit.analysis.table import Table, columns
@@ -40,12 +40,22 @@ from evalkit.analysis.tables import (
     wrong_names_table,
 )
 from evalkit.domains import get_domain
-from evalkit.errors import EvalkitError, UsageError
-from evalkit.formats import read_results
+from evalkit.domains.base import Domain
+from evalkit.errors import EvalkitError, JudgeError, UsageError
+from evalkit.formats import Results, read_results
+from evalkit.judge import LLMJudge
 from evalkit.probe.command import probe_command
-from evalkit.replay import DEFAULT_PROFILES, DEFAULT_REPAIRS, Replay, ReplayOptions, UserKind
+from evalkit.replay import (
+    DEFAULT_PROFILES,
+    DEFAULT_REPAIRS,
+    Replay,
+    ReplayOptions,
+    UserKind,
+    check_reachable,
+)
 from evalkit.report import write_report
-from evalkit.rescore import RescoreReport, rescore
+from evalkit.rescore import RescoreReport, judge_simulations, rescore
+from evalkit.scoring import NLAssertionCheck
 
 app = typer.Typer(
     name="evalkit",
@@ -70,18 +80,41 @@ def _root() -> None:
 
 
 @contextlib.contextmanager
-def exit_on_error() -> Iterator[None]:
-    """Turn an `EvalkitError` into a one-line message on stderr and the error's exit code."""
+def exit_on_error(exit_code: int | None = None) -> Iterator[None]:
+    """Turn an `EvalkitError` into a one-line message on stderr and the error's exit code (or
+    `exit_code`, for a command whose statuses mean something else)."""
     try:
         yield
     except EvalkitError as exc:
         Console(stderr=True).print(
             f"[bold red]error:[/] {exc.message}", highlight=False, markup=True, soft_wrap=True
         )
-        raise typer.Exit(exc.exit_code) from None
+        raise typer.Exit(exc.exit_code if exit_code is None else exit_code) from None
 
 
-@app.command("rescore")
+JudgeBaseUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--judge-base-url",
+        help="An OpenAI-compatible endpoint whose model judges NL assertions (τ²-bench's judge "
+        "protocol, retried); without it they are left out of the reward and counted as such.",
+    ),
+]
+JudgeModelOption = Annotated[
+    str | None, typer.Option("--judge-model", help="The judge's model (with --judge-base-url).")
+]
+
+RESCORE_EPILOG = (
+    "Exit status: 0 every simulation agrees; 1 a disagreement the records do not explain; "
+    "3 inconsistent records only (a simulation without messages, a reward_info that checks "
+    "another task's actions, an action id or task id of no task in the data), or "
+    "disagreements all explained by them or by another version of a task; 2 the file or the "
+    "options cannot be used (corrupt or truncated JSON, named with its position; an unknown "
+    "domain)."
+)
+
+
+@app.command("rescore", epilog=RESCORE_EPILOG)
 def rescore_command(
     results: Annotated[Path, typer.Argument(help="A results file (evalkit's or τ²-bench's).")],
     data_dir: Annotated[
@@ -97,26 +130,43 @@ def rescore_command(
         typer.Option("--domain", help="Domain name; default: the one the results file names."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
-    strict: Annotated[
-        bool, typer.Option("--strict", help="Exit with 1 when any simulation disagrees.")
-    ] = False,
+    judge_base_url: JudgeBaseUrlOption = None,
+    judge_model: JudgeModelOption = None,
 ) -> None:
     """Replay each simulation's tool calls on fresh databases; compare DB check, ENV assertions
-    and reward with the recorded ones."""
-    with exit_on_error():
+    and reward with the recorded ones, and say why records disagree. With a judge, tasks whose
+    reward needs NL assertions are recomputed too."""
+    with exit_on_error(exit_code=2):
+        if bool(judge_base_url) != bool(judge_model):
+            raise UsageError("--judge-base-url and --judge-model go together")
         loaded = read_results(results)
         name = domain or loaded.info.get("environment_info", {}).get("domain_name")
         if not isinstance(name, str):
             raise UsageError(
                 f"{results}: the file does not name its domain; pass --domain (e.g. --domain retail)"
             )
-        report = rescore(loaded, get_domain(name, data_dir))
+        data = get_domain(name, data_dir)
+        verdicts = None
+        if judge_base_url and judge_model:
+            verdicts = asyncio.run(_judge(loaded, data, judge_base_url, judge_model))
+        report = rescore(loaded, data, verdicts=verdicts)
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
     else:
         _print_report(report)
-    if strict and report.disagreements:
-        raise typer.Exit(1)
+    if report.status:
+        raise typer.Exit(report.status)
+
+
+async def _judge(
+    results: Results, domain: Domain, base_url: str, model: str
+) -> dict[str, list[NLAssertionCheck] | JudgeError]:
+    await check_reachable(base_url, "judge endpoint")
+    judge = LLMJudge.at(base_url, model)
+    try:
+        return await judge_simulations(results, domain, judge)
+    finally:
+        await judge.close()
 
 
 def _print_report(report: RescoreReport) -> None:
@@ -129,7 +179,7 @@ def _print_report(report: RescoreReport) -> None:
             f"{_reward(s.recorded)} → {_reward(s.recomputed)}",
             f"{_reward(s.recorded_env)} → {_reward(s.recomputed_env)}",
             f"{_reward(s.recorded_reward)} → {_reward(s.recomputed_reward)}",
-            "agree" if s.agrees else "DISAGREE",
+            "agree" if s.agrees else ("explained" if s.explained else "DISAGREE"),
         ]
         for s in report.simulations
     ]
@@ -138,7 +188,12 @@ def _print_report(report: RescoreReport) -> None:
     )
     console = Console()
     console.print(Table("Rewards: recorded → recomputed", header, rows).rich())
-    console.print(f"{report.agree} of {len(report.simulations)} simulations agree.")
+    for s in report.simulations:
+        for found in s.issues:
+            if found.problem.inconsistent or not s.agrees:
+                console.print(f"{s.id[:8]} (task {s.task_id}): {found.detail}", highlight=False)
+    for line in report.summary():
+        console.print(line, highlight=False)
 
 
 def _reward(value: float | None) -> str:
@@ -184,11 +239,7 @@ def analyze_command(
     """
     with exit_on_error():
         runs = load_runs(
-            results,
-            tools=default_tool_source(data_dir),
-            label=label,
-            resamples=resamples,
-            seed=seed,
+            results, data=DomainData(data_dir), label=label, resamples=resamples, seed=seed
         )
         if len(runs) != 1:
             names = "; ".join(f"{r.domain} · {r.model}" for r in runs)
@@ -273,11 +324,7 @@ def report_command(
         else:
             comparisons = []
             single = load_runs(
-                a_files,
-                tools=default_tool_source(data_dir),
-                label=label_a,
-                resamples=resamples,
-                seed=seed,
+                a_files, data=DomainData(data_dir), label=label_a, resamples=resamples, seed=seed
             )
         try:
             written = write_report(output, comparisons=comparisons, runs=single, title=title)
@@ -319,9 +366,9 @@ def _compare(
     resamples: int,
     seed: int,
 ) -> list[CellComparison]:
-    tools = default_tool_source(data_dir)
-    a_runs = load_runs(a_files, tools=tools, label=label_a, resamples=resamples, seed=seed)
-    b_runs = load_runs(b_files, tools=tools, label=label_b, resamples=resamples, seed=seed)
+    data = DomainData(data_dir)
+    a_runs = load_runs(a_files, data=data, label=label_a, resamples=resamples, seed=seed)
+    b_runs = load_runs(b_files, data=data, label=label_b, resamples=resamples, seed=seed)
     return compare_cells(
         pair_cells(a_runs, b_runs), margin=delta / 100, resamples=resamples, seed=seed
     )
@@ -341,6 +388,12 @@ def _print_analysis(run: RunAnalysis) -> None:
         highlight=False,
         soft_wrap=True,
     )
+    for warning in run.warnings:
+        Console(stderr=True).print(
+            f"[yellow]warning:[/] {warning} (evalkit rescore says which simulations and why)",
+            highlight=False,
+            soft_wrap=True,
+        )
     shown = [runs_table([run])]
     shown += [budget_table([run], budget) for budget in budget_order([run])]
     shown += [channel_table([run]), *experienced_tables([run])]
@@ -463,6 +516,8 @@ def replay_command(
         Path | None,
         typer.Option(help="Finish the run in this directory (its options are reused)."),
     ] = None,
+    judge_base_url: JudgeBaseUrlOption = None,
+    judge_model: JudgeModelOption = None,
 ) -> None:
     """Replay a domain's tasks through the proxy and show what a flat score hides."""
     from evalkit.progress import ReplayProgress
@@ -482,16 +537,13 @@ def replay_command(
         if resume is not None:
             replay = Replay.resume(resume)
         else:
-            if user not in ("scripted", "llm"):
-                raise UsageError(f"--user must be scripted or llm, got {user!r}")
-            kind: UserKind = "scripted" if user == "scripted" else "llm"
             options = ReplayOptions(
                 domain=domain,
                 base_url=base_url,
                 model=model,
                 profiles=_split(profile) or DEFAULT_PROFILES,
                 int4_multiplier=int4_multiplier,
-                user=kind,
+                user=cast(UserKind, user),  # ReplayOptions.check refuses other values
                 user_base_url=user_base_url,
                 user_model=user_model,
                 trials=trials,
@@ -502,6 +554,8 @@ def replay_command(
                 concurrency=concurrency,
                 seed=seed,
                 data_dir=None if data_dir is None else str(data_dir),
+                judge_base_url=judge_base_url,
+                judge_model=judge_model,
             )
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
             replay = Replay.start(options, out or Path("runs") / f"{domain}-{stamp}")

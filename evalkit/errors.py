@@ -9,6 +9,8 @@
         ├── AgentError                         the agent broke the protocol (empty message, …)
         ├── UserSimulatorError                 the user simulator broke the protocol
         └── EndpointError                      an OpenAI-compatible endpoint failed
+            └── JudgeError                     the NL judge failed or answered nothing readable,
+                                               after its retries
 
 The CLI prints `message` (never a traceback) and exits with `exit_code`. Inside an episode,
 `AgentError`, `UserSimulatorError` and `EndpointError` end the episode with the termination
@@ -73,3 +75,8 @@ class EndpointError(EpisodeError):
         super().__init__(message)
         self.status = status
         self.error_type = error_type
+
+
+class JudgeError(EndpointError):
+    """The NL-assertion judge failed on every attempt (the last reason in the message): the
+    episode is an infrastructure error, never scored as if its assertions held."""

@@ -35,22 +35,13 @@ from evalkit.messages import (
     now_iso,
 )
 from evalkit.tasks import Task
+from evalkit.termination import TerminationReason
 from evalkit.users import UserSimulator
 
 DEFAULT_MAX_STEPS = 200
 DEFAULT_MAX_ERRORS = 10
 GREETING = "Hi! How can I help you today?"
 BUDGET_EXHAUSTED = "error_budget_exhausted"
-
-
-class TerminationReason(enum.StrEnum):
-    USER_STOP = "user_stop"
-    AGENT_STOP = "agent_stop"
-    TOO_MANY_ERRORS = "too_many_errors"
-    MAX_STEPS = "max_steps"
-    AGENT_ERROR = "agent_error"
-    USER_ERROR = "user_error"
-    INFRASTRUCTURE_ERROR = "infrastructure_error"
 
 
 class _Role(enum.Enum):

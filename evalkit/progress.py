@@ -19,9 +19,9 @@ from rich.progress import (
 from evalkit.analysis.budget import Budget
 from evalkit.analysis.channels import DeclaredTools, classify_simulation
 from evalkit.formats import SimulationRun
-from evalkit.orchestrator import TerminationReason
 from evalkit.replay import Arm, Replay
 from evalkit.summary import replay_tools
+from evalkit.termination import TerminationReason
 
 
 @dataclass

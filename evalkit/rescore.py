@@ -7,21 +7,32 @@ reward is recomputed from the checks of its `reward_basis`. Three verdicts per s
 
 - DB: the DB reward (None on both sides for a simulation that did not end normally);
 - ENV: the product of the ENV assertions (None when the task has none);
-- reward: the whole reward, compared when it can be recomputed offline — not when the task's
-  basis holds NL assertions, which need a judge — and when the file records one.
+- reward: the whole reward, compared when the file records one and it can be recomputed: a
+  task whose basis holds NL assertions needs their verdicts, from a judge
+  (`judge_simulations`, before `rescore`); a judge that fails leaves the reward unknown and the
+  simulation in disagreement, never a silent agreement.
+
+A disagreement is *explained* when the simulation's records are inconsistent or its task is
+another version of the data (`evalkit.records`); it is *real* otherwise. The report's `status`
+is 0 when every simulation agrees, 1 when a disagreement is real, 3 when every disagreement is
+explained or a record is inconsistent (the CLI's exit status).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evalkit.domains.base import Domain
-from evalkit.errors import DataError
+from evalkit.errors import DataError, JudgeError
 from evalkit.formats import Results, SimulationRun
-from evalkit.scoring import NORMAL_ENDINGS, RewardInfo, evaluate
-from evalkit.tasks import Task
+from evalkit.records import RecordIssue, check_records, summary_lines
+from evalkit.scoring import NLAssertionCheck, NLJudge, RewardInfo, evaluate
+from evalkit.tasks import RewardType, Task
+from evalkit.termination import NORMAL_ENDINGS
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,40 @@ class RescoredSimulation:
     recomputed_env: float | None = None
     recorded_reward: float | None = None
     recomputed_reward: float | None = None
+    issues: tuple[RecordIssue, ...] = ()
+    judge_error: str | None = None
+
+    @property
+    def inconsistent(self) -> bool:
+        """Whether the simulation's records cannot be compared (see `evalkit.records`)."""
+        return any(i.problem.inconsistent for i in self.issues)
+
+    @property
+    def explained(self) -> bool:
+        """Whether it disagrees for a reason its records give."""
+        if self.agrees:
+            return False
+        wrong = {
+            "db": not self.db_agrees,
+            "env": not self.env_agrees,
+            "reward": not self.reward_agrees,
+        }
+        return any(i.explains(**wrong) for i in self.issues)
+
+    @property
+    def real_disagreement(self) -> bool:
+        """Whether it disagrees for no reason its records give."""
+        return not self.agrees and not self.explained
+
+    @property
+    def explaining(self) -> list[RecordIssue]:
+        """The findings that explain its disagreement."""
+        wrong = {
+            "db": not self.db_agrees,
+            "env": not self.env_agrees,
+            "reward": not self.reward_agrees,
+        }
+        return [i for i in self.issues if not self.agrees and i.explains(**wrong)]
 
     @property
     def db_agrees(self) -> bool:
@@ -58,13 +103,52 @@ class RescoredSimulation:
 
     @property
     def agrees(self) -> bool:
-        """Whether the DB reward, the ENV assertions and the reward all agree."""
-        return self.db_agrees and self.env_agrees and self.reward_agrees
+        """Whether the DB reward, the ENV assertions and the reward all agree (never when the
+        judge failed: the reward is then unknown)."""
+        return self.db_agrees and self.env_agrees and self.reward_agrees and not self.judge_error
+
+
+AGREE = 0
+REAL_DISAGREEMENT = 1
+INCONSISTENT_RECORDS = 3
 
 
 @dataclass
 class RescoreReport:
     simulations: list[RescoredSimulation] = field(default_factory=list)
+
+    @property
+    def issues(self) -> list[RecordIssue]:
+        """Every finding about the records, in simulation order."""
+        return [i for s in self.simulations for i in s.issues]
+
+    @property
+    def status(self) -> int:
+        """0: every simulation agrees; 1: a disagreement that the records do not explain;
+        3: the records are inconsistent, or explain every disagreement."""
+        if any(s.real_disagreement for s in self.simulations):
+            return REAL_DISAGREEMENT
+        if any(s.inconsistent or s.explained for s in self.simulations):
+            return INCONSISTENT_RECORDS
+        return AGREE
+
+    def summary(self) -> list[str]:
+        """The findings in sentences, one per kind, then the verdict."""
+        lines = summary_lines(self.issues, len(self.simulations))
+        failed = sum(1 for s in self.simulations if s.judge_error)
+        if failed:
+            lines.append(
+                f"{failed} of {len(self.simulations)} simulations: the judge failed, so their "
+                "reward could not be recomputed."
+            )
+        real = sum(1 for s in self.simulations if s.real_disagreement)
+        explained = sum(1 for s in self.simulations if s.explained)
+        verdict = f"{self.agree} of {len(self.simulations)} simulations agree"
+        if real or explained:
+            verdict += (
+                f"; {real} disagree for no reason the records give, {explained} for one they give"
+            )
+        return [*lines, verdict + "."]
 
     @property
     def agree(self) -> int:
@@ -77,11 +161,12 @@ class RescoreReport:
         return [s for s in self.simulations if not s.agrees]
 
     def to_dict(self) -> dict[str, Any]:
-        """`{"simulations": n, "agree": m, "disagree": [...]}`.
+        """`{"simulations": n, "agree": m, "disagree": [...]}`, plus `"status"` and
+        `"issues"` (every finding about the records) when the records are not all consistent.
 
         A disagreement is `{id, task_id, recorded, recomputed}` (the DB rewards), plus
         `"env": {recorded, recomputed}` and `"reward": {recorded, recomputed}` when those
-        disagree.
+        disagree, and `"explained_by"` (the findings' problems) when the records explain it.
         """
         disagree = []
         for s in self.disagreements:
@@ -95,8 +180,20 @@ class RescoreReport:
                 entry["env"] = {"recorded": s.recorded_env, "recomputed": s.recomputed_env}
             if not s.reward_agrees:
                 entry["reward"] = {"recorded": s.recorded_reward, "recomputed": s.recomputed_reward}
+            if s.judge_error:
+                entry["judge_error"] = s.judge_error
+            if s.explained:
+                entry["explained_by"] = sorted({i.problem.value for i in s.explaining})
             disagree.append(entry)
-        return {"simulations": len(self.simulations), "agree": self.agree, "disagree": disagree}
+        out: dict[str, Any] = {
+            "simulations": len(self.simulations),
+            "agree": self.agree,
+            "disagree": disagree,
+        }
+        if self.issues:
+            out["status"] = self.status
+            out["issues"] = [i.to_dict() for i in self.issues]
+        return out
 
 
 def recorded_db_reward(simulation: SimulationRun) -> float | None:
@@ -119,19 +216,72 @@ def _offline(info: RewardInfo) -> bool:
     return not (info.info or {}).get("not_evaluated")
 
 
+def needs_judge(task: Task, simulation: SimulationRun) -> bool:
+    """Whether the simulation's reward needs verdicts on its task's NL assertions."""
+    criteria = task.evaluation_criteria
+    return (
+        simulation.termination_reason in NORMAL_ENDINGS
+        and criteria is not None
+        and bool(criteria.nl_assertions)
+        and RewardType.NL_ASSERTION in criteria.reward_basis
+    )
+
+
+Verdicts = Mapping[str, "list[NLAssertionCheck] | JudgeError"]
+
+
+async def judge_simulations(
+    results: Results, domain: Domain, judge: NLJudge, *, concurrency: int = 4
+) -> dict[str, list[NLAssertionCheck] | JudgeError]:
+    """Ask `judge` about the NL assertions of every simulation that needs them, `concurrency`
+    at a time: by simulation id, the verdicts or the judge's error."""
+    tasks = {t.id: t for t in domain.tasks} | {t.id: t for t in results.tasks}
+    gate = asyncio.Semaphore(concurrency)
+    verdicts: dict[str, list[NLAssertionCheck] | JudgeError] = {}
+
+    async def ask(simulation: SimulationRun, assertions: list[str]) -> None:
+        async with gate:
+            try:
+                verdicts[simulation.id] = await judge.judge(
+                    assertions, simulation.messages, task_id=simulation.task_id
+                )
+            except JudgeError as exc:
+                verdicts[simulation.id] = exc
+
+    pending = []
+    for simulation in results.simulations:
+        task = tasks.get(simulation.task_id)
+        if task is not None and task.evaluation_criteria and needs_judge(task, simulation):
+            pending.append(ask(simulation, task.evaluation_criteria.nl_assertions or []))
+    await asyncio.gather(*pending)
+    return verdicts
+
+
 def rescore_simulation(
-    domain: Domain, task: Task, simulation: SimulationRun, *, shortcut: bool = True
+    domain: Domain,
+    task: Task,
+    simulation: SimulationRun,
+    *,
+    shortcut: bool = True,
+    verdicts: list[NLAssertionCheck] | JudgeError | None = None,
 ) -> RescoredSimulation:
     """Recompute one simulation's DB check, ENV assertions and reward.
 
-    `shortcut` is `scoring.db_check`'s. NL assertions are not judged (the reward is then not
-    recomputed when the task's basis needs them).
+    `shortcut` is `scoring.db_check`'s. `verdicts` are the judge's on the task's NL assertions
+    (or its error); without them the reward is not recomputed when the task's basis needs them.
     """
     recorded = simulation.reward_info
     recomputed_db = recomputed_env = recomputed_reward = None
+    judge_error = verdicts.message if isinstance(verdicts, JudgeError) else None
+    nl_checks = verdicts if isinstance(verdicts, list) else None
     if simulation.termination_reason in NORMAL_ENDINGS:
         info = evaluate(
-            domain, task, simulation.messages, simulation.termination_reason, shortcut=shortcut
+            domain,
+            task,
+            simulation.messages,
+            simulation.termination_reason,
+            nl_checks=nl_checks,
+            shortcut=shortcut,
         )
         recomputed_db = None if info.db_check is None else info.db_check.db_reward
         recomputed_env = env_reward(info)
@@ -149,28 +299,49 @@ def rescore_simulation(
         recomputed_env=recomputed_env,
         recorded_reward=None if recorded is None else recorded.reward,
         recomputed_reward=recomputed_reward,
+        judge_error=judge_error,
     )
 
 
-def rescore(results: Results, domain: Domain, *, shortcut: bool = True) -> RescoreReport:
-    """Recompute the rewards of every simulation of `results`.
+def rescore(
+    results: Results, domain: Domain, *, shortcut: bool = True, verdicts: Verdicts | None = None
+) -> RescoreReport:
+    """Recompute the rewards of every simulation of `results`, each with the findings about its
+    records (`evalkit.records.check_records` against `domain`'s tasks) and, by simulation id,
+    the judge's `verdicts` on its NL assertions (`judge_simulations`).
 
-    Tasks come from the file itself (the versions the run used), else from `domain`.
-
-    Raises:
-        DataError: when a simulation's task is in neither.
+    Tasks come from the file itself (the versions the run used), else from `domain`; a
+    simulation whose task is in neither is reported (`unknown_task`) with nothing recomputed.
     """
     tasks = {t.id: t for t in results.tasks}
+    findings: dict[str, list[RecordIssue]] = {}
+    for found in check_records(results, domain.tasks):
+        findings.setdefault(found.simulation_id, []).append(found)
     report = RescoreReport()
     for simulation in results.simulations:
+        issues = tuple(findings.get(simulation.id, ()))
         task = tasks.get(simulation.task_id)
         if task is None:
             try:
                 task = domain.get_task(simulation.task_id)
             except DataError:
-                raise DataError(
-                    f"simulation {simulation.id}: task {simulation.task_id!r} is neither in the "
-                    f"results file nor in the {domain.name} domain"
-                ) from None
-        report.simulations.append(rescore_simulation(domain, task, simulation, shortcut=shortcut))
+                task = None
+        if task is None:
+            rescored = RescoredSimulation(
+                id=simulation.id,
+                task_id=simulation.task_id,
+                trial=simulation.trial,
+                termination_reason=simulation.termination_reason,
+                recorded=recorded_db_reward(simulation),
+                recomputed=None,
+            )
+        else:
+            rescored = rescore_simulation(
+                domain,
+                task,
+                simulation,
+                shortcut=shortcut,
+                verdicts=(verdicts or {}).get(simulation.id),
+            )
+        report.simulations.append(replace(rescored, issues=issues))
     return report

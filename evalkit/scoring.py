@@ -27,8 +27,8 @@ from evalkit.domains.base import Domain
 from evalkit.env import Environment
 from evalkit.messages import AssistantMessage, ToolCall, UserMessage
 from evalkit.tasks import Action, EnvAssertion, RewardType, Task
+from evalkit.termination import NORMAL_ENDINGS
 
-NORMAL_ENDINGS = frozenset({"agent_stop", "user_stop"})
 SUCCESS_TOLERANCE = 1e-6
 
 
@@ -82,9 +82,18 @@ class RewardInfo(_Model):
 class NLJudge(Protocol):
     """Judges natural-language assertions against a conversation (an LLM behind an endpoint)."""
 
+    info: dict[str, Any]
+    """What the judge is (model, endpoint), kept in `reward_info.info["judge"]`."""
+
     async def judge(
-        self, assertions: Sequence[str], messages: Sequence[Any]
-    ) -> list[NLAssertionCheck]: ...
+        self, assertions: Sequence[str], messages: Sequence[Any], *, task_id: str | None = None
+    ) -> list[NLAssertionCheck]:
+        """One verdict per assertion, in order.
+
+        Raises:
+            JudgeError: when the judge cannot give them.
+        """
+        ...
 
 
 # -- the environment checks ------------------------------------------------------------------
@@ -321,7 +330,14 @@ async def evaluate_with_judge(
     termination_reason: str,
     judge: NLJudge | None,
 ) -> RewardInfo:
-    """`evaluate`, asking `judge` first about the task's NL assertions when it has any."""
+    """`evaluate`, asking `judge` first about the task's NL assertions when it has any; the
+    verdicts (with their justifications) are the reward's `nl_assertions`, and what the judge
+    was goes in `info["judge"]`.
+
+    Raises:
+        JudgeError: when the judge fails after its retries (the caller reports the episode as an
+            infrastructure error).
+    """
     nl_checks = None
     criteria = task.evaluation_criteria
     if (
@@ -331,8 +347,11 @@ async def evaluate_with_judge(
         and criteria.nl_assertions
         and RewardType.NL_ASSERTION in criteria.reward_basis
     ):
-        nl_checks = await judge.judge(criteria.nl_assertions, messages)
-    return evaluate(domain, task, messages, termination_reason, nl_checks=nl_checks)
+        nl_checks = await judge.judge(criteria.nl_assertions, messages, task_id=task.id)
+    info = evaluate(domain, task, messages, termination_reason, nl_checks=nl_checks)
+    if nl_checks is not None and judge is not None:
+        info.info = {**(info.info or {}), "judge": dict(judge.info)}
+    return info
 
 
 # -- pass^k ------------------------------------------------------------------------------

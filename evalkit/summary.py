@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from evalkit.analysis.channels import DeclaredTools
-from evalkit.analysis.load import analyze_results
+from evalkit.analysis.load import DomainData, analyze_results
 from evalkit.analysis.run import RunAnalysis
 from evalkit.analysis.table import Table
 from evalkit.analysis.tables import (
@@ -135,10 +135,11 @@ def summarize_replay(replay: Replay) -> list[RunAnalysis]:
     def tools(domain: str, results: Results) -> DeclaredTools:
         return declared
 
+    data = DomainData(loaded=[replay.domain])
     runs = []
     for arm in replay.arms:
         path = replay.runs[arm.name].path
-        runs.extend(analyze_results([(path, replay.results(arm))], tools=tools))
+        runs.extend(analyze_results([(path, replay.results(arm))], tools=tools, data=data))
     return runs
 
 
@@ -164,7 +165,11 @@ def replay_preamble(replay: Replay) -> list[str]:
         )
     else:
         who = f"Agent: model {options.model} at {options.base_url}."
-    return [what, "", who]
+    if options.judge_model:
+        judged = f"NL assertions judged by {options.judge_model} at {options.judge_base_url}."
+    else:
+        judged = "NL assertions not judged (no --judge-base-url): left out of the rewards."
+    return [what, "", who, "", judged]
 
 
 def write_summary(replay: Replay, runs: Sequence[RunAnalysis]) -> Path:

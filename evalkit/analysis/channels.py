@@ -43,10 +43,11 @@ from proxy.guard.toolcheck import ToolIndex, validate
 class ErrorChannel(enum.StrEnum):
     """Where a recorded tool error came from. Values are the names used in files and tables."""
 
-    UNKNOWN_TOOL = "unknown_tool"
-    MALFORMED_ARGUMENTS = "malformed_arguments"
-    TRUNCATED = "truncated"
-    SCHEMA_VIOLATION = "schema_violation"
+    # The channels the proxy's validator also finds keep its names.
+    UNKNOWN_TOOL = Channel.UNKNOWN_TOOL.value
+    MALFORMED_ARGUMENTS = Channel.MALFORMED_ARGUMENTS.value
+    TRUNCATED = Channel.TRUNCATED.value
+    SCHEMA_VIOLATION = Channel.SCHEMA_VIOLATION.value
     ENVIRONMENT_ERROR = "environment_error"
     USER_TOOL_ERROR = "user_tool_error"
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -41,6 +41,48 @@ from evalkit.analysis.stats import (
 
 DEFAULT_MARGIN = 0.075  # ±7.5 points
 ALPHA = 0.05
+MIN_SIGNATURE_FAILURES = 10  # per side: below, a rank correlation or novel share means nothing
+SIGNATURE_RESAMPLES = 2_000  # each resample recomputes a correlation: fewer than the means'
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureStatistics:
+    """How alike A's and B's failures are over one kind of signature (wrong tool names; (task,
+    channel) pairs): Spearman's ρ of the counts per signature, the share of B's failures whose
+    signature A never shows, each with a bootstrap interval over tasks; and the failures behind
+    them. With fewer than `MIN_SIGNATURE_FAILURES` on a side the figures are not shown."""
+
+    what: str
+    a_failures: int
+    b_failures: int
+    correlation: float | None
+    correlation_ci: tuple[float, float] | None
+    novel: float | None
+    novel_ci: tuple[float, float] | None
+
+    @property
+    def enough(self) -> bool:
+        """Whether both sides have enough failures for the statistics to mean something."""
+        return min(self.a_failures, self.b_failures) >= MIN_SIGNATURE_FAILURES
+
+    def too_few(self) -> str:
+        """Why the statistics are not shown, in words."""
+        return (
+            f"too few {self.what} to compare (A {self.a_failures}, B {self.b_failures}; "
+            f"{MIN_SIGNATURE_FAILURES} a side needed)"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form."""
+        return {
+            "a_failures": self.a_failures,
+            "b_failures": self.b_failures,
+            "enough": self.enough,
+            "spearman": self.correlation,
+            "spearman_ci": None if self.correlation_ci is None else list(self.correlation_ci),
+            "novel_share": self.novel,
+            "novel_share_ci": None if self.novel_ci is None else list(self.novel_ci),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +159,30 @@ class CellComparison:
     margin: float
     tost: Tost | None
     channels: tuple[ChannelComparison, ...]
-    tool_name_correlation: float | None
-    signature_correlation: float | None
-    novel_share: float | None
-    novel_tool_name_share: float | None
+    wrong_names: SignatureStatistics
+    task_channels: SignatureStatistics
     gaps: tuple[BudgetGap, ...]
     budget: Budget = Budget.TAU2
+
+    @property
+    def tool_name_correlation(self) -> float | None:
+        """ρ over wrong tool names (the paper's)."""
+        return self.wrong_names.correlation
+
+    @property
+    def novel_tool_name_share(self) -> float | None:
+        """The share of B's wrong-name calls whose name A never calls (the paper's)."""
+        return self.wrong_names.novel
+
+    @property
+    def signature_correlation(self) -> float | None:
+        """ρ over (task, channel) signatures."""
+        return self.task_channels.correlation
+
+    @property
+    def novel_share(self) -> float | None:
+        """The share of B's tool errors whose (task, channel) A never shows."""
+        return self.task_channels.novel
 
     @property
     def domain(self) -> str:
@@ -164,6 +224,18 @@ class CellComparison:
         else:
             score = f"score difference inconclusive ({spread})"
         parts = [score]
+        names = self.wrong_names
+        if names.enough and names.correlation is not None and names.correlation_ci is not None:
+            low_r, high_r = names.correlation_ci
+            text = f"wrong tool names ρ {names.correlation:.2f} [{low_r:.2f}, {high_r:.2f}]"
+            if names.novel is not None and names.novel_ci is not None:
+                text += (
+                    f", {100 * names.novel:.1f}% novel [{100 * names.novel_ci[0]:.1f}, "
+                    f"{100 * names.novel_ci[1]:.1f}]"
+                )
+            parts.append(text)
+        elif not names.enough:
+            parts.append(names.too_few())
         # Channels whose rate moved, the largest increase first (the damage), then decreases.
         moved = sorted(
             (
@@ -221,6 +293,10 @@ class CellComparison:
             "novel_share": {
                 "task_channel": self.novel_share,
                 "wrong_tool_names": self.novel_tool_name_share,
+            },
+            "signatures": {
+                "wrong_tool_names": self.wrong_names.to_dict(),
+                "task_channel": self.task_channels.to_dict(),
             },
             "budget": self.budget.value,
             "budget_gap": [g.to_dict() for g in self.gaps],
@@ -336,8 +412,13 @@ def compare_runs(
     paired = _paired_statistics(
         pairs, kind, min(a.max_errors, b.max_errors), margin, confidence, resamples, seed
     )
-    tool_corr, tool_novel = _signatures(a.wrong_tool_names(), b.wrong_tool_names())
-    sig_corr, sig_novel = _signatures(_task_channel(a.episodes), _task_channel(b.episodes))
+    resampled = min(resamples, SIGNATURE_RESAMPLES)
+    wrong_names = signature_statistics(
+        "wrong-name calls", a.episodes, b.episodes, _wrong_names, confidence, resampled, seed
+    )
+    task_channels = signature_statistics(
+        "tool errors", a.episodes, b.episodes, _task_channel, confidence, resampled, seed
+    )
     return CellComparison(
         a=a,
         b=b,
@@ -353,10 +434,8 @@ def compare_runs(
         margin=margin,
         tost=paired.tost,
         channels=tuple(_channel_comparison(c, a, b, confidence) for c in ErrorChannel),
-        tool_name_correlation=tool_corr,
-        signature_correlation=sig_corr,
-        novel_share=sig_novel,
-        novel_tool_name_share=tool_novel,
+        wrong_names=wrong_names,
+        task_channels=task_channels,
         gaps=paired.gaps,
         budget=kind,
     )
@@ -396,6 +475,68 @@ def _channel_comparison(
 
 def _task_channel(episodes: Sequence[EpisodeFailures]) -> Counter[str]:
     return Counter(f"{e.task_id}|{f.channel.value}" for e in episodes for f in e.failures)
+
+
+def _wrong_names(episodes: Sequence[EpisodeFailures]) -> Counter[str]:
+    total: Counter[str] = Counter()
+    for episode in episodes:
+        total.update(episode.wrong_tool_names())
+    return total
+
+
+def signature_statistics(
+    what: str,
+    a: Sequence[EpisodeFailures],
+    b: Sequence[EpisodeFailures],
+    signatures: Callable[[Sequence[EpisodeFailures]], Counter[str]],
+    confidence: float,
+    resamples: int,
+    seed: int,
+) -> SignatureStatistics:
+    """ρ and the novel share of `signatures` (counts per signature over a run's episodes), with
+    percentile intervals from resampling tasks with replacement on both sides at once."""
+    a_counts, b_counts = signatures(a), signatures(b)
+    correlation, novel = _signatures(a_counts, b_counts)
+    a_total, b_total = sum(a_counts.values()), sum(b_counts.values())
+    if min(a_total, b_total) < MIN_SIGNATURE_FAILURES:
+        return SignatureStatistics(what, a_total, b_total, correlation, None, novel, None)
+    tasks = sorted({e.task_id for e in (*a, *b)})
+    keys = sorted(set(a_counts) | set(b_counts))
+    column = {k: i for i, k in enumerate(keys)}
+    # One row of signature counts per task and side: a resample sums the rows it draws.
+    per_task = np.zeros((2, len(tasks), len(keys)))
+    row = {t: i for i, t in enumerate(tasks)}
+    for side, episodes in enumerate((a, b)):
+        for episode in episodes:
+            for key, count in signatures([episode]).items():
+                per_task[side, row[episode.task_id], column[key]] += count
+    rng = np.random.default_rng(seed)
+    rhos, novels = [], []
+    for _ in range(resamples):
+        weights = np.bincount(rng.integers(0, len(tasks), len(tasks)), minlength=len(tasks))
+        drawn_a, drawn_b = weights @ per_task[0], weights @ per_task[1]
+        rho = spearman(drawn_a, drawn_b)
+        if rho is not None:
+            rhos.append(rho)
+        if drawn_b.sum():
+            novels.append(float(drawn_b[drawn_a == 0].sum() / drawn_b.sum()))
+    alpha = (1 - confidence) / 2
+    return SignatureStatistics(
+        what,
+        a_total,
+        b_total,
+        correlation,
+        _quantiles(rhos, alpha),
+        novel,
+        _quantiles(novels, alpha),
+    )
+
+
+def _quantiles(values: Sequence[float], alpha: float) -> tuple[float, float] | None:
+    if not values:
+        return None
+    low, high = np.quantile(np.asarray(values), [alpha, 1 - alpha])
+    return float(low), float(high)
 
 
 def _signatures(a: Counter[str], b: Counter[str]) -> tuple[float | None, float | None]:

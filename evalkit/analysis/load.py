@@ -10,7 +10,7 @@ its failures are classified from the recorded texts alone.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -18,8 +18,11 @@ from evalkit.analysis.channels import DeclaredTools, EpisodeFailures, classify_s
 from evalkit.analysis.run import DEFAULT_MAX_ERRORS, RunAnalysis, analyze_episodes
 from evalkit.analysis.stats import DEFAULT_RESAMPLES
 from evalkit.domains import get_domain
+from evalkit.domains.base import Domain
 from evalkit.errors import UnknownDomainError, UsageError
 from evalkit.formats import Results, read_results
+from evalkit.records import RecordIssue, check_records, summary_lines
+from evalkit.tasks import Task
 from proxy.errors import ToolsentryError
 from proxy.guard.toolcheck import compile_tools
 
@@ -42,31 +45,54 @@ def recorded_tools(domain: str, results: Results) -> DeclaredTools | None:
     return DeclaredTools(index, "tool_defs recorded in the results file")
 
 
-def domain_tools(data_dir: Path | None = None) -> ToolSource:
-    """A source of the tools of registered domains, loaded from `data_dir` when given.
+class DomainData:
+    """Registered domains, loaded from `data_dir` when given, each once: the agent's tools (a
+    `ToolSource`) and the tasks the records are checked against.
 
     `data_dir` holds domain directories (`DIR/domains/<name>` or `DIR/<name>`, as τ²-bench's data
     directory does) or is one (`DIR` named after the domain); other domains load the data
-    shipped with evalkit. Unregistered domains give None. Each domain is loaded once.
+    shipped with evalkit; `loaded` are domains already loaded (a replay's). Unregistered
+    domains have no tools and no tasks.
     """
-    loaded: dict[str, DeclaredTools | None] = {}
 
-    def source(domain: str, results: Results) -> DeclaredTools | None:
-        if domain not in loaded:
-            loaded[domain] = _load_domain_tools(domain, data_dir)
-        return loaded[domain]
+    def __init__(self, data_dir: Path | None = None, loaded: Sequence[Domain] = ()) -> None:
+        self.data_dir = data_dir
+        self._loaded: dict[str, Domain | None] = {d.name: d for d in loaded}
 
-    return source
+    def domain(self, name: str) -> Domain | None:
+        """The domain `name`, or None when it is not registered.
+
+        Raises:
+            DataError: when its directory cannot be loaded.
+        """
+        if name not in self._loaded:
+            try:
+                self._loaded[name] = get_domain(name, _domain_dir(name, self.data_dir))
+            except UnknownDomainError:
+                self._loaded[name] = None
+        return self._loaded[name]
+
+    def tools(self, domain: str, results: Results) -> DeclaredTools | None:
+        """The domain's agent tools (a `ToolSource`)."""
+        loaded = self.domain(domain)
+        if loaded is None:
+            return None
+        agent_toolkit, _ = loaded.toolkit_classes()
+        directory = _domain_dir(domain, self.data_dir)
+        where = "shipped" if directory is None else str(directory)
+        return DeclaredTools(
+            compile_tools(agent_toolkit.openai_tools()), f"{domain} tools ({where})"
+        )
+
+    def tasks(self, domain: str) -> Sequence[Task]:
+        """The domain's tasks (none for an unregistered domain)."""
+        loaded = self.domain(domain)
+        return loaded.tasks if loaded is not None else ()
 
 
-def _load_domain_tools(domain: str, data_dir: Path | None) -> DeclaredTools | None:
-    directory = _domain_dir(domain, data_dir)
-    try:
-        agent_toolkit, _ = get_domain(domain, directory).toolkit_classes()
-    except UnknownDomainError:
-        return None
-    where = "shipped" if directory is None else str(directory)
-    return DeclaredTools(compile_tools(agent_toolkit.openai_tools()), f"{domain} tools ({where})")
+def domain_tools(data_dir: Path | None = None) -> ToolSource:
+    """A source of the tools of registered domains (see `DomainData`)."""
+    return DomainData(data_dir).tools
 
 
 def _domain_dir(domain: str, data_dir: Path | None) -> Path | None:
@@ -80,10 +106,14 @@ def _domain_dir(domain: str, data_dir: Path | None) -> Path | None:
 
 def default_tool_source(data_dir: Path | None = None) -> ToolSource:
     """Recorded schemas first, then the domain registry's (see the module docstring)."""
-    registry = domain_tools(data_dir)
+    return recorded_first(DomainData(data_dir))
+
+
+def recorded_first(data: DomainData) -> ToolSource:
+    """The schemas a file records, else those of `data`'s domain."""
 
     def source(domain: str, results: Results) -> DeclaredTools | None:
-        return recorded_tools(domain, results) or registry(domain, results)
+        return recorded_tools(domain, results) or data.tools(domain, results)
 
     return source
 
@@ -97,12 +127,15 @@ class _Group:
     labels: list[str]
     sources: list[str]
     schema_source: str | None
+    issues: list[RecordIssue] = field(default_factory=list)
+    simulations: int = 0
 
 
 def load_runs(
     paths: Sequence[Path],
     *,
     tools: ToolSource | None = None,
+    data: DomainData | None = None,
     label: str | None = None,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
@@ -114,13 +147,16 @@ def load_runs(
         DataError: when a domain directory cannot be loaded.
     """
     loaded = [(Path(path), read_results(path)) for path in paths]
-    return analyze_results(loaded, tools=tools, label=label, resamples=resamples, seed=seed)
+    return analyze_results(
+        loaded, tools=tools, data=data, label=label, resamples=resamples, seed=seed
+    )
 
 
 def analyze_results(
     files: Sequence[tuple[Path | None, Results]],
     *,
     tools: ToolSource | None = None,
+    data: DomainData | None = None,
     label: str | None = None,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
@@ -129,14 +165,17 @@ def analyze_results(
     (domain, agent model), in order of first appearance; the files of one run (trials, shards)
     are pooled.
 
-    `tools` finds the agent's schemas (default: `default_tool_source()`). A run's budget is the
+    `tools` finds the agent's schemas (default: recorded ones, else `data`'s); `data` (default:
+    the shipped domains) gives the tasks each file's records are checked against
+    (`evalkit.records`), whose findings become the run's `warnings`. A run's budget is the
     smallest `max_errors` among its files (τ²-bench's default, 10, when a file records none).
     Its label is `label`, else `run_label` of its first file.
 
     Raises:
         DataError: when a domain directory cannot be loaded.
     """
-    source = tools or default_tool_source()
+    data = data or DomainData()
+    source = tools or recorded_first(data)
     groups: dict[tuple[str, str], _Group] = {}
     for path, results in files:
         domain, model = run_key(results)
@@ -153,6 +192,8 @@ def analyze_results(
         if declared is not None and group.schema_source is None:
             group.schema_source = declared.source
         group.episodes.extend(classify_simulation(s, declared) for s in results.simulations)
+        group.issues += check_records(results, data.tasks(domain))
+        group.simulations += len(results.simulations)
     return [
         analyze_episodes(
             g.episodes,
@@ -162,6 +203,7 @@ def analyze_results(
             model=g.model,
             schema_source=g.schema_source,
             sources=g.sources,
+            warnings=summary_lines(g.issues, g.simulations),
             resamples=resamples,
             seed=seed,
         )

@@ -63,6 +63,7 @@ class RunAnalysis:
     reward_ci: tuple[float, float] = (0.0, 0.0)
     schema_source: str | None = None
     sources: tuple[str, ...] = field(default_factory=tuple)
+    warnings: tuple[str, ...] = field(default_factory=tuple)
 
     # -- figures ---------------------------------------------------------------------------
 
@@ -260,6 +261,7 @@ class RunAnalysis:
                 "sources": dict(self.proxy_sources()),
             },
             "schema_source": self.schema_source,
+            "warnings": list(self.warnings),
             "sources": list(self.sources),
             "tasks": [t.to_dict() for t in self.tasks()],
             "per_episode": [
@@ -293,6 +295,7 @@ def analyze_episodes(
     model: str = "",
     schema_source: str | None = None,
     sources: Sequence[str] = (),
+    warnings: Sequence[str] = (),
     confidence: float = 0.95,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
@@ -343,4 +346,5 @@ def analyze_episodes(
         reward_ci=reward_ci,
         schema_source=schema_source,
         sources=tuple(sources),
+        warnings=tuple(warnings),
     )

@@ -11,10 +11,10 @@ from typing import Final
 
 from evalkit.analysis.budget import Budget
 from evalkit.analysis.channels import ErrorChannel
-from evalkit.analysis.compare import CellComparison
+from evalkit.analysis.compare import CellComparison, SignatureStatistics
 from evalkit.analysis.run import RunAnalysis
 from evalkit.analysis.table import Column, Table, columns
-from evalkit.orchestrator import TerminationReason
+from evalkit.termination import TerminationReason
 from proxy.guard import Channel
 
 NONE: Final = "—"
@@ -331,14 +331,25 @@ def compare_table(comparisons: Sequence[CellComparison]) -> Table:
                 f"{100 * c.difference:+.1f} [{100 * c.ci[0]:+.1f}, {100 * c.ci[1]:+.1f}]",
                 p_value(c.p_holm),
                 NONE if c.tost is None else p_value(c.tost.p),
-                num(c.tool_name_correlation),
-                pct(c.novel_tool_name_share),
-                num(c.signature_correlation),
-                pct(c.novel_share),
+                *signature_cells(c.wrong_names),
+                *signature_cells(c.task_channels),
                 NONE if gap is None else f"{100 * gap.gap:.1f} at k={gap.k}",
             ]
         )
     return Table("Comparison", columns(*header, text=3), rows)
+
+
+def signature_cells(stats: SignatureStatistics) -> list[str]:
+    """ρ and the novel share with their intervals, or in words why there are none."""
+    if not stats.enough:
+        return [stats.too_few(), NONE]
+    rho = num(stats.correlation)
+    if stats.correlation_ci is not None:
+        rho += f" [{num(stats.correlation_ci[0])}, {num(stats.correlation_ci[1])}]"
+    novel = pct(stats.novel)
+    if stats.novel_ci is not None:
+        novel += f" [{pct(stats.novel_ci[0])}, {pct(stats.novel_ci[1])}]"
+    return [rho, novel]
 
 
 def figures_table(comparison: CellComparison) -> Table:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,3 +177,20 @@ async def chat_client(chat_server: ScriptedChatServer) -> AsyncIterator[AsyncOpe
         yield client
     finally:
         await client.close()
+
+
+@pytest.fixture
+def chat_server_thread() -> Iterator[ScriptedChatServer]:
+    """The scripted server in a thread of its own, for tests that run their own event loop
+    (the CLI)."""
+    from proxy.testing import LoopbackServer
+
+    scripted = ScriptedChatServer()
+    app = Starlette(routes=[Route("/v1/chat/completions", scripted.handle, methods=["POST"])])
+    server = LoopbackServer(app)
+    server.start()
+    scripted.base_url = f"{server.url}/v1"
+    try:
+        yield scripted
+    finally:
+        server.stop()

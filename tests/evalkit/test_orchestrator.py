@@ -11,8 +11,9 @@ from evalkit.agent import OracleAgent
 from evalkit.domains.base import Domain
 from evalkit.errors import AgentError, EndpointError
 from evalkit.messages import AssistantMessage, ToolCall, ToolMessage, UserMessage
-from evalkit.orchestrator import GREETING, TerminationReason, run_episode
+from evalkit.orchestrator import GREETING, run_episode
 from evalkit.scoring import evaluate
+from evalkit.termination import TerminationReason
 from evalkit.users import ScriptedUser
 
 

@@ -134,9 +134,10 @@ class FixedJudge:
     def __init__(self, met: bool) -> None:
         self.met = met
         self.asked: list[str] = []
+        self.info: dict[str, Any] = {"model": "fixed"}
 
     async def judge(
-        self, assertions: Sequence[str], messages: Sequence[Any]
+        self, assertions: Sequence[str], messages: Sequence[Any], *, task_id: str | None = None
     ) -> list[NLAssertionCheck]:
         self.asked.extend(assertions)
         return [

@@ -109,6 +109,7 @@ def test_a_run_compared_with_itself_is_equivalent_with_no_gap(tmp_path: Path) ->
     assert cell.novel_share == 0.0
     assert cell.verdict() == (
         "score equivalent within ±7.5 (B − A +0.0 [+0.0, +0.0]), "
+        "too few wrong-name calls to compare (A 3, B 3; 10 a side needed), "
         "no channel's rate changed significantly, the same score at every budget"
     )
 
@@ -192,3 +193,22 @@ def test_the_comparison_serialises_every_figure(tmp_path: Path) -> None:
     assert [g["k"] for g in data["budget_gap"]] == list(range(11))
     assert data["tost"]["margin"] == 0.075
     assert data["verdict"] == cell.verdict()
+
+
+def test_signature_statistics_need_enough_failures_and_then_carry_intervals(
+    tmp_path: Path,
+) -> None:
+    small = compare_runs(_reference(tmp_path), _damaged(tmp_path), resamples=500)
+    # A makes 3 wrong-name calls: too few for a rank correlation to mean anything.
+    assert not small.wrong_names.enough
+    assert small.wrong_names.correlation_ci is None
+    assert "too few wrong-name calls to compare (A 3, B 15" in small.verdict()
+    damaged = _damaged(tmp_path)
+    large = compare_runs(damaged, damaged, resamples=500)
+    stats = large.wrong_names
+    assert stats.enough
+    assert stats.correlation_ci is not None
+    assert stats.novel_ci is not None
+    assert stats.novel == 0.0
+    assert stats.novel_ci == (0.0, 0.0)
+    assert "wrong tool names ρ" in large.verdict()
