@@ -31,9 +31,9 @@ from evalkit.analysis.stats import (
     holm,
     rate_ratio,
     sign_flip_test,
+    wilson_interval,
 )
 from evalkit.errors import ResultsFileError, UsageError
-from evalkit.summary import wilson_interval
 from proxy.shadowstats import Outcome, Pair, Side
 
 

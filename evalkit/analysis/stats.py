@@ -369,14 +369,14 @@ Z_95: Final = 1.959964
 
 
 def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
-    """The Wilson score interval of the proportion `successes / n` (95% by default).
+    """The Wilson score interval of the proportion `successes / n` (95% by default); (0, 0) for
+    n = 0.
 
     Raises:
-        ValueError: when n is 0 (a proportion of nothing has no interval) or successes is
-            outside 0…n.
+        ValueError: when successes is outside 0…n.
     """
-    if n <= 0:
-        raise ValueError("a proportion of 0 trials has no interval")
+    if n == 0:
+        return 0.0, 0.0
     if not 0 <= successes <= n:
         raise ValueError(f"{successes} successes in {n} trials")
     p = successes / n
