@@ -21,7 +21,12 @@ CHAT = "/v1/chat/completions"
 
 def requests_counted(proxy: RunningProxy, status: int, model: str = "scripted-model") -> float:
     return metric(
-        proxy.metrics(), "toolsentry_requests_total", api="chat", model=model, status=str(status)
+        proxy.metrics(),
+        "toolsentry_requests_total",
+        may_be_absent=True,  # asked for statuses that must read 0 too
+        api="chat",
+        model=model,
+        status=str(status),
     )
 
 
