@@ -40,6 +40,8 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
 
+from proxy.guard.channels import Violation
+
 SEMCONV_VERSION = "1.44.0"
 """The GenAI semantic conventions release followed (gen_ai_latest_experimental)."""
 
@@ -287,6 +289,9 @@ class RequestTrace:
         self._tries = 0
         self._last_try: Span | None = None
         self._ended = False
+        self._response_model: str | None = None
+        self._finish_reasons: list[str] = []
+        self._tokens = [0, 0]
 
     def attempt_kind(self, kind: str) -> None:
         """The turn's next upstream call: "first", "reask", "shadow"; tries restart at 1."""
@@ -314,52 +319,80 @@ class RequestTrace:
         propagate.inject(headers, context=set_span_in_context(span, otel_context.Context()))
         return AttemptSpan(span)
 
-    def violation(
+    def checkpoint(self) -> Span | None:
+        """The span of the latest upstream try: the parent of the violations found in its answer."""
+        return self._last_try
+
+    def guardrails(
         self,
+        violations: Sequence[Violation],
         *,
-        channel: str,
-        tool_name: str | None,
-        call_index: int | None,
-        call_id: str | None,
-        message: str,
-        pointers: Sequence[str],
+        parent: Span | None,
         repaired: bool,
         decision: str,
-        at_ns: int | None = None,
     ) -> None:
-        """Record one violation as an `apply_guardrail` span under the try whose answer held it.
+        """Record each violation as an `apply_guardrail` span under the try whose answer held it.
 
         `decision` in the conventions' words: `modify` (repaired, or the call stripped), `deny`
-        (the request refused), `warn` (passed to the client as it came).
+        (the request refused), `warn` (passed to the client as it came). Message bodies never go
+        in: the tool name as called, the channel, the guard's short message and JSON pointers.
         """
-        parent = self._last_try or self.span
-        at = at_ns or time.time_ns()
-        attributes: dict[str, Any] = {
-            OPERATION: "apply_guardrail",
-            GUARDIAN: GUARDIAN_NAME,
-            TARGET_TYPE: "tool_call",
-            DECISION: decision,
-            DECISION_REASON: channel,
-            CHANNEL: channel,
-            REPAIRED: repaired,
-            MESSAGE: message,
-        }
-        if tool_name is not None:
-            attributes[TOOL_NAME] = tool_name
-        if call_index is not None:
-            attributes[CALL_INDEX] = call_index
-        if call_id:
-            attributes[TARGET_ID] = call_id
-        if pointers:
-            attributes[SCHEMA_POINTER] = list(pointers)
-        span = self._tracer.start_span(
-            f"apply_guardrail {GUARDIAN_NAME}",
-            context=set_span_in_context(parent),
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            start_time=at,
-        )
-        span.end(end_time=at)
+        context = set_span_in_context(parent or self.span)
+        at = time.time_ns()
+        for violation in violations:
+            attributes: dict[str, Any] = {
+                OPERATION: "apply_guardrail",
+                GUARDIAN: GUARDIAN_NAME,
+                TARGET_TYPE: "tool_call",
+                DECISION: decision,
+                DECISION_REASON: violation.channel.value,
+                CHANNEL: violation.channel.value,
+                REPAIRED: repaired,
+                MESSAGE: violation.message,
+            }
+            if violation.tool_name is not None:
+                attributes[TOOL_NAME] = violation.tool_name
+            if violation.call_index is not None:
+                attributes[CALL_INDEX] = violation.call_index
+            if violation.call_id:
+                attributes[TARGET_ID] = violation.call_id
+            if violation.pointers:
+                attributes[SCHEMA_POINTER] = list(violation.pointers)
+            span = self._tracer.start_span(
+                f"apply_guardrail {GUARDIAN_NAME}",
+                context=context,
+                kind=SpanKind.INTERNAL,
+                attributes=attributes,
+                start_time=at,
+            )
+            span.end(end_time=at)
+
+    def answered(self, body: Mapping[str, Any]) -> None:
+        """An upstream answer was read: its model, and its usage added to the request's (the
+        try's span has ended with its response; the figures go on the request's span)."""
+        model = body.get("model")
+        usage = body.get("usage")
+        if isinstance(model, str):
+            self._response_model = model
+        if isinstance(usage, Mapping):
+            # chat names them prompt/completion tokens; Responses and Messages input/output.
+            tokens_in = usage.get("input_tokens", usage.get("prompt_tokens"))
+            tokens_out = usage.get("output_tokens", usage.get("completion_tokens"))
+            if isinstance(tokens_in, int):
+                self._tokens[0] += tokens_in
+            if isinstance(tokens_out, int):
+                self._tokens[1] += tokens_out
+
+    def finish_reason(self, reason: str | None) -> None:
+        """The finish reason of a choice as the client gets it."""
+        if reason:
+            self._finish_reasons.append(reason)
+
+    def name(self, model: str) -> None:
+        """The request's model, once its body is read."""
+        self._model = model
+        self.span.update_name(f"{self._operation} {model}")
+        self.span.set_attribute(REQUEST_MODEL, model)
 
     def finish(self, status: int, attributes: Mapping[str, Any], error: str | None = None) -> None:
         """End the server span once, with the HTTP status and the turn's figures."""
@@ -367,6 +400,14 @@ class RequestTrace:
             return
         self._ended = True
         self.span.set_attribute(HTTP_STATUS, status)
+        if self._response_model is not None:
+            self.span.set_attribute(RESPONSE_MODEL, self._response_model)
+        if self._finish_reasons:
+            self.span.set_attribute(FINISH_REASONS, self._finish_reasons)
+        if any(self._tokens):
+            self.span.set_attributes(
+                {INPUT_TOKENS: self._tokens[0], OUTPUT_TOKENS: self._tokens[1]}
+            )
         self.span.set_attributes({k: v for k, v in attributes.items() if v is not None})
         if error is not None or status >= 500:
             self.span.set_attribute(ERROR_TYPE, error or str(status))

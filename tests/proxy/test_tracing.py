@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from proxy import tracing
+from proxy.guard.channels import Channel, Violation
 from proxy.tracing import Tracing, TracingConfig, traces_url, wanted
 from tests.proxy.otlp_receiver import OTLPReceiver
 
@@ -55,13 +56,17 @@ def test_a_request_trace_continues_the_clients_traceparent_and_nests_tries_and_g
     first_headers: dict[str, str] = {}
     first = trace.upstream_try("local", "http://up/v1/chat/completions", first_headers)
     first.finish(status=200)
-    trace.violation(
-        channel="unknown_tool",
-        tool_name="get_order",
-        call_index=0,
-        call_id="call_1",
-        message="tool 'get_order' does not exist",
-        pointers=[],
+    trace.guardrails(
+        [
+            Violation(
+                Channel.UNKNOWN_TOOL,
+                "tool 'get_order' does not exist",
+                tool_name="get_order",
+                call_index=0,
+                call_id="call_1",
+            )
+        ],
+        parent=trace.checkpoint(),
         repaired=True,
         decision="modify",
     )
@@ -88,6 +93,7 @@ def test_a_request_trace_continues_the_clients_traceparent_and_nests_tries_and_g
     assert guardrail.attributes[tracing.TOOL_NAME] == "get_order"
     assert guardrail.attributes[tracing.DECISION] == "modify"
     assert guardrail.attributes[tracing.REPAIRED] is True
+    assert guardrail.attributes[tracing.TARGET_ID] == "call_1"
     # Each try forwards its own span as the upstream's parent.
     assert first_headers["traceparent"] == f"00-{CLIENT_TRACE}-{tries[0].span_id}-01"
     assert reask_headers["traceparent"] == f"00-{CLIENT_TRACE}-{tries[1].span_id}-01"
