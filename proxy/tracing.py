@@ -399,16 +399,18 @@ class RequestTrace:
         if self._ended:
             return
         self._ended = True
-        self.span.set_attribute(HTTP_STATUS, status)
+        # One call: each set_attribute(s) call validates and locks on its own.
+        figures: dict[str, Any] = {HTTP_STATUS: status}
         if self._response_model is not None:
-            self.span.set_attribute(RESPONSE_MODEL, self._response_model)
+            figures[RESPONSE_MODEL] = self._response_model
         if self._finish_reasons:
-            self.span.set_attribute(FINISH_REASONS, self._finish_reasons)
+            figures[FINISH_REASONS] = self._finish_reasons
         if any(self._tokens):
-            self.span.set_attributes(
-                {INPUT_TOKENS: self._tokens[0], OUTPUT_TOKENS: self._tokens[1]}
-            )
-        self.span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+            figures[INPUT_TOKENS], figures[OUTPUT_TOKENS] = self._tokens
+        for key, value in attributes.items():
+            if value is not None:
+                figures[key] = value
+        self.span.set_attributes(figures)
         if error is not None or status >= 500:
             self.span.set_attribute(ERROR_TYPE, error or str(status))
             self.span.set_status(Status(StatusCode.ERROR, error))

@@ -128,10 +128,10 @@ def _finish_trace(trace: RequestTrace, exchange: Exchange, status: int) -> None:
         trace.finish(status, {})
         return
     report = turn.report()
-    trace.span.set_attribute(tracing.STREAM, bool(turn.view.stream))
     trace.finish(
         report.status,
         {
+            tracing.STREAM: bool(turn.view.stream),
             tracing.CONVERSATION: report.session,
             tracing.SESSION_ERRORS: report.errors,
             tracing.SESSION_MAX_ERRORS: report.max_errors,
