@@ -98,6 +98,9 @@ class TurnRoute:
         raw = await read_body(headers, receive, self.pipeline.settings.max_body_bytes)
         parsed = self.bodies.parse(raw)
         exchange.model = parsed.body.get("model")
+        trace = CURRENT_TRACE.get()
+        if trace is not None and isinstance(exchange.model, str):
+            trace.name(exchange.model)  # before any upstream try, so each is named for it
         turn = await self.pipeline.begin(
             self.protocol, parsed.body, headers, exchange, index=parsed.index
         )
@@ -122,8 +125,6 @@ def _finish_trace(trace: RequestTrace, exchange: Exchange, status: int) -> None:
     """End the request's server span with what its turn reported (the turn's status wins: a
     stream that broke off after its 200 reports the error it ended in)."""
     turn = exchange.turn
-    if exchange.model is not None:
-        trace.name(str(exchange.model))
     if turn is None or not turn.closed:
         trace.finish(status, {})
         return

@@ -86,6 +86,8 @@ def test_a_repaired_request_has_a_server_span_two_attempts_and_one_guardrail(
     assert [a.attributes[tracing.ATTEMPT_KIND] for a in attempts] == ["first", "reask"]
     assert all(a.parent_span_id == server.span_id for a in attempts)
     assert attempts[0].attributes[tracing.PROVIDER] == "scripted"
+    assert {a.name for a in attempts} == {"chat scripted-model"}
+    assert attempts[0].attributes[tracing.REQUEST_MODEL] == "scripted-model"
     (guardrail,) = guardrails
     assert guardrail.parent_span_id == attempts[0].span_id
     assert guardrail.attributes[tracing.CHANNEL] == "unknown_tool"
