@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from proxy import tracing
-from proxy.testing import SSE, Fault, completion, tool_call
+from proxy.testing import SSE, Fault, answer, call, completion, tool_call
 from tests.proxy.builders import make_request
 from tests.proxy.conftest import RunningProxy, RunningUpstream
 from tests.proxy.metrics_text import metric
@@ -17,6 +17,11 @@ from tests.proxy.otlp_receiver import OTLPReceiver, ReceivedSpan
 CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CLIENT_SPAN = "b7ad6b7169203331"
 TRACEPARENT = f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"
+ORDER_PARAMS = {
+    "type": "object",
+    "properties": {"order_id": {"type": "string"}},
+    "required": ["order_id"],
+}
 
 HALLUCINATED = completion(
     tool_calls=[tool_call("get_order", {"order_id": "W1"}, id="call_x")],
@@ -199,3 +204,39 @@ def test_without_an_endpoint_nothing_is_traced_and_the_clients_traceparent_passe
     assert post(proxy, make_request()).status_code == 200
     assert proxy.app.state.pipeline.tracing is None
     assert upstream.script.request_headers[-1]["traceparent"] == TRACEPARENT
+
+
+def test_a_responses_stream_is_traced_like_chat_with_its_own_api(
+    traced: RunningProxy, upstream: RunningUpstream, receiver: OTLPReceiver
+) -> None:
+    upstream.script.push(
+        answer(None, call("get_order", {"order_id": "W1"}, id="call_r")),
+        answer(None, call("get_order_details", {"order_id": "W1"}, id="call_s")),
+    )
+    tools = [{"type": "function", "name": "get_order_details", "parameters": ORDER_PARAMS}]
+    with (
+        traced.http() as http,
+        http.stream(
+            "POST",
+            "/v1/responses",
+            json={
+                "model": "scripted-model",
+                "input": "Where is W1?",
+                "tools": tools,
+                "stream": True,
+            },
+            headers={"traceparent": TRACEPARENT},
+        ) as response,
+    ):
+        assert response.status_code == 200
+        "".join(response.iter_text())
+    spans = spans_of(receiver, 4)
+    server = next(s for s in spans if s.kind == "SERVER")
+    assert server.attributes[tracing.API] == "responses"
+    assert server.attributes[tracing.HTTP_ROUTE] == "/v1/responses"
+    assert server.attributes[tracing.REPAIRS] == 1
+    attempts = sorted((s for s in spans if s.kind == "CLIENT"), key=lambda s: s.start_ns)
+    assert [a.attributes[tracing.ATTEMPT_KIND] for a in attempts] == ["first", "reask"]
+    guardrail = next(s for s in spans if s.kind == "INTERNAL")
+    assert guardrail.attributes[tracing.TOOL_NAME] == "get_order"
+    assert guardrail.parent_span_id == attempts[0].span_id
