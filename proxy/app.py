@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import inspect
 from collections.abc import AsyncIterator, Mapping
@@ -32,6 +33,7 @@ from proxy.protocols.responses import ResponsesProtocol
 from proxy.session import open_store
 from proxy.session.stores import SessionStore
 from proxy.shadow import open_shadow
+from proxy.tracing import Tracing, TracingConfig
 from proxy.upstream import AiohttpUpstream, Router, Upstream
 
 _GC_YOUNG_THRESHOLD = 50_000
@@ -190,7 +192,13 @@ def create_app(
     session_store = store or open_store(settings.store, ttl_seconds=settings.session_ttl_seconds)
     metrics = Metrics(multiprocess_dir=metrics_dir)
     unknown = UnknownToolStats()
-    pipeline = Pipeline(settings, router, session_store, metrics, unknown)
+    dropped = metrics.trace_spans_dropped
+    tracer = Tracing.create(
+        TracingConfig(endpoint=settings.otlp_endpoint),
+        environ or {},
+        on_drop=lambda reason, n: dropped.labels(reason).inc(n),
+    )
+    pipeline = Pipeline(settings, router, session_store, metrics, unknown, tracer)
     injected = None if settings.upstreams else settings.shadow.reference
     pipeline.shadow = shadow = open_shadow(
         settings,
@@ -219,6 +227,8 @@ def create_app(
             await shadow.close()
         await router.close()
         await session_store.close()
+        if tracer is not None:  # flushing waits on the endpoint: not on the event loop
+            await asyncio.to_thread(tracer.shutdown)
 
     app = ProxyApp(
         title="toolsentry",

@@ -163,6 +163,16 @@ def serve(
             show_envvar=True,
         ),
     ] = None,
+    otlp_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help="OTLP/HTTP collector for traces, e.g. http://127.0.0.1:4318 (Jaeger, Tempo, an "
+            "OpenTelemetry Collector). The standard OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME "
+            "and OTEL_TRACES_SAMPLER variables work too; without an endpoint nothing is traced.",
+            envvar="TOOLSENTRY_OTLP_ENDPOINT",
+            show_envvar=True,
+        ),
+    ] = None,
 ) -> None:
     """Run the proxy. Every option can also be set in the environment or in the --config file."""
     try:
@@ -186,6 +196,7 @@ def serve(
                 if v is not None
             }
             or None,
+            otlp_endpoint=otlp_endpoint,
         )
         check_runnable(settings)
     except ConfigError as exc:

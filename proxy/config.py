@@ -144,6 +144,11 @@ class Settings(BaseSettings):
 
     log_level: LogLevel = "info"
     log_bodies: bool = False
+    otlp_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP collector for traces (else the OTEL_EXPORTER_OTLP_* variables); "
+        "no endpoint, no tracing.",
+    )
 
     shadow: ShadowConfig = Field(default_factory=ShadowConfig)
 

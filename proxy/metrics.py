@@ -108,6 +108,12 @@ class Metrics:
             ["model", "channel", "result", "api"],
             registry=r,
         )
+        self.trace_spans_dropped = PromCounter(
+            "toolsentry_trace_spans_dropped",
+            "Trace spans not delivered to the OTLP endpoint (reason: queue_full, export_failed).",
+            ["reason"],
+            registry=r,
+        )
         self.budget_exhausted = PromCounter(
             "toolsentry_budget_exhausted",
             "Requests refused or finished because the session's error budget was spent.",

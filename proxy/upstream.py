@@ -35,6 +35,8 @@ from proxy.errors import (
     UpstreamStatusError,
     UpstreamTimeoutError,
 )
+from proxy.tracing import CURRENT as CURRENT_TRACE
+from proxy.tracing import AttemptSpan
 
 RETRYABLE_STATUS = frozenset({502, 503, 504})
 _MAX_CACHED_URLS = 64
@@ -262,6 +264,11 @@ class AiohttpUpstream:
     async def _once(
         self, method: str, url: URL, body: bytes | None, headers: dict[str, str]
     ) -> UpstreamResponse:
+        trace = CURRENT_TRACE.get()
+        attempt: AttemptSpan | None = None
+        if trace is not None:  # a span per try, and its traceparent for the upstream
+            headers = dict(headers)
+            attempt = trace.upstream_try(self.name, str(url), headers)
         start = time.perf_counter()
         try:
             async with self._client().request(method, url, data=body, headers=headers) as resp:
@@ -273,7 +280,11 @@ class AiohttpUpstream:
                     time.perf_counter() - start,
                 )
         except Exception as exc:
+            if attempt is not None:
+                attempt.finish(error=exc.__class__.__name__)
             raise translate(exc, self.name, url) from exc
+        if attempt is not None:
+            attempt.finish(status=response.status)
         if response.status in RETRYABLE_STATUS:
             raise _Retryable(response)
         return response
@@ -295,8 +306,12 @@ class AiohttpUpstream:
         sent_headers = self._headers(headers, body is not None)
         resp: aiohttp.ClientResponse | None = None
         refused: UpstreamResponse | None = None
+        # The span of the try whose response is streamed stays open until the stream ends.
+        opened_try: list[AttemptSpan] = []
         try:
-            resp = await self._attempts(lambda: self._open(method, url, body, sent_headers))
+            resp = await self._attempts(
+                lambda: self._open(method, url, body, sent_headers, opened_try)
+            )
         except _Retryable as exc:
             refused = exc.response
         if refused is not None:
@@ -304,39 +319,60 @@ class AiohttpUpstream:
         else:
             assert resp is not None
             resp_headers = {k.lower(): v for k, v in resp.headers.items()}
-            opened = UpstreamStream(resp.status, resp_headers, self._iter_body(resp, url))
+            attempt = opened_try[-1] if opened_try else None
+            opened = UpstreamStream(resp.status, resp_headers, self._iter_body(resp, url, attempt))
         try:
             yield opened
         finally:
             await opened.chunks.aclose()
             if resp is not None:
                 resp.close()
+                if opened_try:
+                    opened_try[-1].finish(status=resp.status)
 
     async def _open(
-        self, method: str, url: URL, body: bytes | None, headers: dict[str, str]
+        self,
+        method: str,
+        url: URL,
+        body: bytes | None,
+        headers: dict[str, str],
+        opened_try: list[AttemptSpan],
     ) -> aiohttp.ClientResponse:
+        trace = CURRENT_TRACE.get()
+        attempt: AttemptSpan | None = None
+        if trace is not None:
+            headers = dict(headers)
+            attempt = trace.upstream_try(self.name, str(url), headers)
         start = time.perf_counter()
         try:
             resp = await self._client().request(method, url, data=body, headers=headers)
             if resp.status not in RETRYABLE_STATUS:
+                if attempt is not None:
+                    opened_try.append(attempt)
                 return resp
             # A refusal's body is short; reading it returns the connection to the pool.
             async with resp:
                 data = await resp.read()
         except Exception as exc:
+            if attempt is not None:
+                attempt.finish(error=exc.__class__.__name__)
             raise translate(exc, self.name, url) from exc
+        if attempt is not None:
+            attempt.finish(status=resp.status)
         headers_in = {k.lower(): v for k, v in resp.headers.items()}
         raise _Retryable(
             UpstreamResponse(resp.status, headers_in, data, time.perf_counter() - start)
         )
 
     async def _iter_body(
-        self, resp: aiohttp.ClientResponse, url: URL
+        self, resp: aiohttp.ClientResponse, url: URL, attempt: AttemptSpan | None
     ) -> AsyncGenerator[bytes, None]:
         try:
             async for chunk in resp.content.iter_any():
                 yield chunk
         except Exception as exc:
+            if attempt is not None:  # the stream broke off: its try ends in that error
+                attempt.finish(status=resp.status, error=exc.__class__.__name__)
             raise translate(exc, self.name, url) from exc
 
     async def close(self) -> None:

@@ -18,8 +18,10 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from proxy import tracing
 from proxy.chatbody import ChatBodyParser
 from proxy.errors import ToolsentryError, status_of
+from proxy.guard.channels import Channel
 from proxy.http.auth import Keys
 from proxy.http.body import read_body
 from proxy.http.replies import JSONReply, SSEReply, request_headers
@@ -28,7 +30,10 @@ from proxy.pipeline.plain import complete
 from proxy.pipeline.stream import open_stream
 from proxy.pipeline.turn import Exchange, Pipeline
 from proxy.protocols.base import WireProtocol
+from proxy.tracing import CURRENT as CURRENT_TRACE
+from proxy.tracing import RequestTrace
 
+UPSTREAM_ERROR = Channel.UPSTREAM_ERROR.value
 _INTERNAL = "internal error in toolsentry; see the proxy's log"
 
 
@@ -46,6 +51,19 @@ class TurnRoute:
         # 32 random hex digits, as uuid4().hex gave, without building a UUID (a few µs).
         request_id = headers.get("x-request-id") or os.urandom(16).hex()
         tokens = structlog.contextvars.bind_contextvars(request_id=request_id)
+        tracing = self.pipeline.tracing
+        trace = traced = None
+        if tracing is not None:
+            trace = tracing.request(
+                api=self.protocol.api,
+                model="",
+                method=scope["method"],
+                route=scope["path"],
+                headers=headers,
+                stream=False,
+            )
+            traced = CURRENT_TRACE.set(trace)
+        status = 200
         try:
             query = scope.get("query_string", b"").decode("latin-1")
             exchange = Exchange(self.protocol.api, time.perf_counter(), query=query)
@@ -65,9 +83,14 @@ class TurnRoute:
                 await self._failed(exchange, 500, "internal_error")
                 body = self.protocol.error(ToolsentryError(_INTERNAL))
                 response = JSONReply(orjson.dumps(body), 500)
+            status = response.status_code
             await response(scope, receive, send)
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
+            if trace is not None and traced is not None:
+                # After the response is sent: a stream's span ends with the stream.
+                CURRENT_TRACE.reset(traced)
+                _finish_trace(trace, exchange, status)
 
     async def _answer(
         self, headers: dict[str, str], receive: Receive, exchange: Exchange
@@ -76,6 +99,9 @@ class TurnRoute:
         raw = await read_body(headers, receive, self.pipeline.settings.max_body_bytes)
         parsed = self.bodies.parse(raw)
         exchange.model = parsed.body.get("model")
+        trace = CURRENT_TRACE.get()
+        if trace is not None and isinstance(exchange.model, str):
+            trace.name(exchange.model)  # before any upstream try, so each is named for it
         turn = await self.pipeline.begin(
             self.protocol, parsed.body, headers, exchange, index=parsed.index
         )
@@ -94,6 +120,29 @@ class TurnRoute:
                 await turn.close(status)
             except ToolsentryError as exc:  # the session store failed as well: say so, answer
                 get_logger().error("turn_close_failed", error=exc.message)
+
+
+def _finish_trace(trace: RequestTrace, exchange: Exchange, status: int) -> None:
+    """End the request's server span with what its turn reported (the turn's status wins: a
+    stream that broke off after its 200 reports the error it ended in)."""
+    turn = exchange.turn
+    if turn is None or not turn.closed:
+        trace.finish(status, {})
+        return
+    report = turn.report()
+    trace.finish(
+        report.status,
+        {
+            tracing.STREAM: bool(turn.view.stream),
+            tracing.CONVERSATION: report.session,
+            tracing.SESSION_ERRORS: report.errors,
+            tracing.SESSION_MAX_ERRORS: report.max_errors,
+            tracing.SESSION_EXHAUSTED: report.errors >= report.max_errors,
+            tracing.REPAIRS: report.repairs,
+            tracing.VIOLATIONS: list(report.violations) or None,
+        },
+        error=UPSTREAM_ERROR if UPSTREAM_ERROR in report.violations else None,
+    )
 
 
 class Delegate(Response):

@@ -13,6 +13,7 @@ import orjson
 
 from proxy.errors import UpstreamError, status_of
 from proxy.pipeline.turn import Turn
+from proxy.tracing import CURRENT as CURRENT_TRACE
 from proxy.usage import sum_usage
 
 
@@ -50,6 +51,9 @@ async def complete(turn: Turn, *, raw: bytes | None = None) -> TurnResult:
         await turn.close(status_of(exc))
         raise
     turn.answered(reply.response_id)
+    trace = CURRENT_TRACE.get()
+    if trace is not None:
+        trace.answered(reply.body)
     settled = [await turn.settle(choice) for choice in reply.choices]
     usages = [usage for done in settled for usage in done.usage]
     changed = any(done.changed for done in settled)

@@ -40,6 +40,8 @@ from proxy.session.budget import ErrorBudget, ExhaustionPolicy, resolve_session
 from proxy.session.stores import SessionRecord, SessionStore
 from proxy.shadow import Shadow, ShadowRequest, judge_for
 from proxy.shadowstats import Decision
+from proxy.tracing import CURRENT as CURRENT_TRACE
+from proxy.tracing import Tracing
 from proxy.upstream import (
     Router,
     Upstream,
@@ -75,8 +77,10 @@ class Pipeline:
         store: SessionStore,
         metrics: Metrics,
         unknown_tools: UnknownToolStats,
+        tracing: Tracing | None = None,
     ) -> None:
         self.settings = settings
+        self.tracing = tracing
         self.router = router
         self.store = store
         self.metrics = metrics
@@ -365,14 +369,18 @@ class Turn:
         view, settings = self.view, self._pipeline.settings
         message, reason = choice.message, choice.finish_reason
         found = validate(message, None, view.tool_choice, finish_reason=reason, index=view.index)
+        trace = CURRENT_TRACE.get()
         if self.shadowed and self._shadow_first is None and choice.index == 0:
             # The upstream's first answer, decided now: a repair may change the message later.
             self._shadow_first = (Decision.of_message(message, found), message)
         if not found:
             self._outcomes["valid"] += len(message.get("tool_calls") or ())
+            if trace is not None:
+                trace.finish_reason(reason)
             return Settled(choice.index, message, reason, False)
 
         self._count(found)
+        answered_by = trace.checkpoint() if trace is not None else None
         current, remaining = message, found
         usage: list[Mapping[str, Any]] = []
         if settings.local_fixes:
@@ -395,6 +403,14 @@ class Turn:
             self._pipeline.metrics.repairs.labels(
                 self.model, violation.channel.value, result, self.protocol.api
             ).inc()
+        if trace is not None:
+            trace.guardrails(
+                found,
+                parent=answered_by,
+                repaired=repaired,
+                decision=_decision(repaired, settings.on_unrepaired),
+            )
+            trace.finish_reason(reason)
         if repaired:
             self._repaired += len(found)
             self._outcomes["repaired"] += len(current.get("tool_calls") or ())
@@ -440,12 +456,17 @@ class Turn:
         view, protocol = self.view, self.protocol
         request = self.body
         usages: list[Mapping[str, Any]] = []
+        trace = CURRENT_TRACE.get()
         for _ in range(self._pipeline.settings.max_reasks):
             request = protocol.reask(request, message, violations, view.index)
+            if trace is not None:
+                trace.attempt_kind("reask")
             # A failed re-ask leaves the failure it was to repair in place; the request goes on.
             try:
                 reply = protocol.read((await self.send(request)).json(), self.upstream.name)
                 self.answered(reply.response_id)
+                if trace is not None:
+                    trace.answered(reply.body)
             except UpstreamError as exc:
                 await self.fail(exc, ends_request=False)
                 get_logger().warning(
@@ -571,6 +592,13 @@ class Turn:
             request_id=structlog.contextvars.get_contextvars().get("request_id"),
             primary_body=message,
         )
+
+
+def _decision(repaired: bool, policy: OnUnrepaired) -> str:
+    """What the guard did with a failed answer, in the security conventions' words."""
+    if repaired or policy is OnUnrepaired.STRIP:
+        return "modify"
+    return "deny" if policy is OnUnrepaired.REJECT else "warn"
 
 
 def beyond(delivered: list[Violation], found: list[Violation]) -> list[Violation]:

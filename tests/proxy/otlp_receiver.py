@@ -1,0 +1,116 @@
+"""A real OTLP/HTTP trace receiver on loopback: it decodes the protobuf payloads the exporter
+sends (`opentelemetry-proto`) into plain span records that tests can query."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from proxy.testing import LoopbackServer
+
+_KINDS = {1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
+_STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
+
+
+def _value(v: AnyValue) -> Any:
+    which = v.WhichOneof("value")
+    if which == "array_value":
+        return [_value(x) for x in v.array_value.values]
+    if which is None:
+        return None
+    return getattr(v, which)
+
+
+@dataclass
+class ReceivedSpan:
+    name: str
+    kind: str
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    status: str
+    attributes: dict[str, Any]
+    resource: dict[str, Any]
+    start_ns: int
+    end_ns: int
+
+
+@dataclass
+class OTLPReceiver:
+    spans: list[ReceivedSpan] = field(default_factory=list)
+    requests: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    server: LoopbackServer | None = None
+
+    def app(self) -> Starlette:
+        async def traces(request: Request) -> Response:
+            payload = ExportTraceServiceRequest.FromString(await request.body())
+            received = []
+            for resource_spans in payload.resource_spans:
+                resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
+                for scope in resource_spans.scope_spans:
+                    for s in scope.spans:
+                        received.append(
+                            ReceivedSpan(
+                                name=s.name,
+                                kind=_KINDS.get(s.kind, str(s.kind)),
+                                trace_id=s.trace_id.hex(),
+                                span_id=s.span_id.hex(),
+                                parent_span_id=s.parent_span_id.hex(),
+                                status=_STATUS.get(s.status.code, str(s.status.code)),
+                                attributes={a.key: _value(a.value) for a in s.attributes},
+                                resource=resource,
+                                start_ns=s.start_time_unix_nano,
+                                end_ns=s.end_time_unix_nano,
+                            )
+                        )
+            with self._lock:
+                self.requests += 1
+                self.spans.extend(received)
+            return Response(
+                ExportTraceServiceResponse().SerializeToString(),
+                media_type="application/x-protobuf",
+            )
+
+        return Starlette(routes=[Route("/v1/traces", traces, methods=["POST"])])
+
+    def start(self) -> OTLPReceiver:
+        self.server = LoopbackServer(self.app()).start()
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+    @property
+    def endpoint(self) -> str:
+        assert self.server is not None
+        return self.server.url
+
+    def wait_for(
+        self, count: int, *, name: str | None = None, timeout: float = 15
+    ) -> list[ReceivedSpan]:
+        """The spans received (of `name` when given) once at least `count` have arrived."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                found = [s for s in self.spans if name is None or s.name == name]
+            if len(found) >= count or time.monotonic() > deadline:
+                return found
+            time.sleep(0.02)
+
+    def trace(self, trace_id: str) -> list[ReceivedSpan]:
+        with self._lock:
+            return [s for s in self.spans if s.trace_id == trace_id]
