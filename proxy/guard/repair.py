@@ -58,6 +58,64 @@ class OnUnrepaired(enum.StrEnum):
     REJECT = "reject"
 
 
+class StructuredOutputs(enum.StrEnum):
+    """Whether an upstream is asked for constrained calls: always (`on`), never (`off`), or until
+    it refuses the fields once (`auto`)."""
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
+
+
+CONSTRAINT_FIELDS: Final = ("strict", "tool_choice")
+"""The request fields a constrained re-ask adds; a 400 naming one of them is a refusal."""
+
+
+def refuses_constraint(status: int, body: object) -> bool:
+    """Whether an upstream's error answer to a constrained request refuses its fields.
+
+    True for a 400 whose error (message, param, code, or the body's text) names `strict` or
+    `tool_choice` — what an OpenAI-compatible server without structured outputs answers.
+    """
+    if status != 400:
+        return False
+    error = body.get("error", body) if isinstance(body, dict) else body
+    text = json.dumps(error, ensure_ascii=False) if not isinstance(error, str) else error
+    return any(name in text for name in CONSTRAINT_FIELDS)
+
+
+class ConstraintSupport:
+    """Which upstreams refused a constrained request, for `structured_outputs: auto`.
+
+    Kept per process for its lifetime: an upstream that refused once is sent plain re-asks from
+    then on. Safe to share between tasks and threads.
+    """
+
+    def __init__(self) -> None:
+        self._refused: set[str] = set()
+        self._lock = threading.Lock()
+
+    def allows(self, upstream: str, setting: StructuredOutputs) -> bool:
+        """Whether a request to `upstream` (configured `setting`) may carry the constraint."""
+        if setting is StructuredOutputs.OFF:
+            return False
+        with self._lock:
+            return setting is StructuredOutputs.ON or upstream not in self._refused
+
+    def refuse(self, upstream: str) -> bool:
+        """Remember that `upstream` refused; True the first time."""
+        with self._lock:
+            if upstream in self._refused:
+                return False
+            self._refused.add(upstream)
+            return True
+
+    def refused(self) -> frozenset[str]:
+        """The upstreams that refused so far."""
+        with self._lock:
+            return frozenset(self._refused)
+
+
 def corrective_messages(
     message: dict[str, Any], violations: Sequence[Violation], index: ToolIndex
 ) -> list[dict[str, Any]]:
@@ -149,13 +207,16 @@ class ReaskPlan:
     `{"type": "function", "function": {"name": …}}`; None leaves the request's own (there was
     nothing to constrain). `strict` holds the tools to declare `strict: true`, with the
     parameters to declare (their strict form); `loose` the tools the plan leaves as declared,
-    with the reason; `reason` says why this choice, for the log.
+    with the reason; `single_call` asks for one call only (`parallel_tool_calls: false`): under
+    `required` a grammar that allows several calls lets a small model repeat its call until the
+    token limit cuts it off (seen on the CPU vLLM); `reason` says why this choice, for the log.
     """
 
     tool_choice: str | dict[str, Any] | None
     reason: str
     strict: Mapping[str, StrictForm] = field(default_factory=dict)
     loose: Mapping[str, str] = field(default_factory=dict)
+    single_call: bool = False
 
     @property
     def named(self) -> str | None:
@@ -172,6 +233,7 @@ class ReaskPlan:
             "reason": self.reason,
             "strict": sorted(self.strict),
             "loose": dict(sorted(self.loose.items())),
+            "single_call": self.single_call,
         }
 
 
@@ -190,7 +252,7 @@ def plan_reask(
       match, a leaked call naming a declared tool (or one close match), a call a named
       `tool_choice` did not allow: that tool, named and strict.
     - Otherwise (several calls, no clear tool, an empty answer, a required call not made):
-      `"required"`, every declared tool strict.
+      `"required"`, every declared tool strict, and one call only unless several were meant.
     - No tools declared: the request's own `tool_choice` (a plain re-ask).
 
     A tool whose schema cannot be made strict without changing its meaning stays as declared and
@@ -215,6 +277,7 @@ def plan_reask(
         reason,
         {name: form for name, form in forms.items() if form.convertible},
         {name: form.reason or "" for name, form in forms.items() if not form.convertible},
+        single_call=len(intents) <= 1,
     )
 
 
@@ -271,8 +334,8 @@ def _named(name: str, why: str, index: ToolIndex) -> ReaskPlan:
     form = strict_forms(index)[name]
     choice = {"type": "function", "function": {"name": name}}
     if form.convertible:
-        return ReaskPlan(choice, why, {name: form})
-    return ReaskPlan(choice, why, {}, {name: form.reason or ""})
+        return ReaskPlan(choice, why, {name: form}, single_call=True)
+    return ReaskPlan(choice, why, {}, {name: form.reason or ""}, single_call=True)
 
 
 def _named_choice(tool_choice: object) -> str | None:

@@ -24,9 +24,12 @@ Pure: no I/O; the declared schema is never changed.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+
+from proxy.guard.toolcheck import ToolIndex
 
 # Keywords that constrain a value without depending on which keys an object has: they mean the
 # same in the strict form.
@@ -156,6 +159,46 @@ def restore(arguments: object, parameters: Mapping[str, Any] | None) -> object:
             return arguments
         return restored_items
     return arguments
+
+
+def restore_calls(
+    message: Mapping[str, Any], forms: Mapping[str, StrictForm], index: ToolIndex
+) -> dict[str, Any]:
+    """`message` with each call to a tool of `forms` restored to its declared meaning.
+
+    A call decoded under a strict form writes `null` for an optional property it leaves out;
+    `restore` drops those, so that the call is checked, and reaches the
+    client, as the declared schema means it. Arguments that are not a JSON object are left as
+    they are (validation reports them). Returns a copy; `message` itself when nothing changed.
+    """
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list) or not any(form.placeholders for form in forms.values()):
+        return dict(message)
+    out_calls: list[object] = []
+    changed = False
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        form = forms.get(name) if isinstance(name, str) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if form is None or not form.placeholders or not isinstance(arguments, str):
+            out_calls.append(call)
+            continue
+        try:
+            value = json.loads(arguments)
+        except (ValueError, RecursionError):
+            out_calls.append(call)
+            continue
+        restored = restore(value, index.schema(str(name)))
+        if restored is value:
+            out_calls.append(call)
+            continue
+        changed = True
+        text = json.dumps(restored, ensure_ascii=False)
+        out_calls.append({**call, "function": {**function, "arguments": text}})  # type: ignore[dict-item]
+    if not changed:
+        return dict(message)
+    return {**message, "tool_calls": out_calls}
 
 
 class _Rewrite:

@@ -11,8 +11,10 @@ from pydantic import TypeAdapter
 from proxy.guard.channels import Channel, Violation
 from proxy.guard.repair import (
     NOT_EXECUTED,
+    ConstraintSupport,
     OnUnrepaired,
     RepairMode,
+    StructuredOutputs,
     closest_tool_name,
     corrective_messages,
     edit_distance,
@@ -20,6 +22,7 @@ from proxy.guard.repair import (
     mark_strict,
     plan_reask,
     recover_arguments,
+    refuses_constraint,
     strip_invalid,
 )
 from proxy.guard.toolcheck import ToolIndex, compile_tools, validate
@@ -416,6 +419,7 @@ def test_a_single_call_whose_tool_is_clear_is_reasked_with_that_tool_named_and_s
     assert set(plan.strict) == {"cancel_pending_order"}
     assert plan.strict["cancel_pending_order"].schema["additionalProperties"] is False
     assert plan.loose == {}
+    assert plan.single_call
 
 
 def test_an_unknown_name_without_one_close_match_is_reasked_with_required_and_every_tool_strict(
@@ -425,6 +429,7 @@ def test_an_unknown_name_without_one_close_match_is_reasked_with_required_and_ev
     assert plan.tool_choice == "required"
     assert set(plan.strict) == ALL_STRICT
     assert plan.named is None
+    assert plan.single_call  # one call was meant: no room to repeat it until the token limit
 
 
 def test_several_calls_are_reasked_with_required_even_when_each_tool_is_clear(
@@ -437,6 +442,7 @@ def test_several_calls_are_reasked_with_required_even_when_each_tool_is_clear(
     plan = plan_for(message, index)
     assert plan.tool_choice == "required"
     assert plan.reason == "2 calls were meant"
+    assert not plan.single_call
 
 
 @pytest.mark.parametrize(
@@ -531,6 +537,7 @@ def test_a_tool_that_cannot_be_strict_is_left_as_declared_and_the_plan_says_why(
         "reason": "the intended tool is not clear",
         "strict": ["get_order_details"],
         "loose": {"set_settings": "/properties/settings is an object with free-form keys"},
+        "single_call": True,
     }
 
 
@@ -550,3 +557,47 @@ def test_mark_strict_declares_the_planned_tools_strict_in_their_strict_form(
     assert by_name["cancel_pending_order"]["description"] == "cancel_pending_order tool"
     assert "strict" not in by_name["get_order_details"]
     assert by_name["get_order_details"] == before[0]["function"]
+
+
+# --- structured outputs: refusals and what is remembered ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "refused"),
+    [
+        (400, {"error": {"message": "Unrecognized request argument supplied: strict"}}, True),
+        (400, {"error": {"message": "invalid value", "param": "tool_choice"}}, True),
+        (
+            400,
+            {
+                "detail": [
+                    {
+                        "loc": ["body", "tools", 0, "function", "strict"],
+                        "msg": "Extra inputs are not permitted",
+                    }
+                ]
+            },
+            True,
+        ),
+        (400, "'required' tool_choice is not supported", True),
+        (400, {"error": {"message": "max_tokens is too large"}}, False),
+        (500, {"error": {"message": "strict decoding crashed"}}, False),
+        (422, {"error": {"message": "tool_choice"}}, False),
+    ],
+)
+def test_a_refusal_is_a_400_that_names_the_constrained_fields(
+    status: int, body: object, refused: bool
+) -> None:
+    assert refuses_constraint(status, body) is refused
+
+
+def test_auto_remembers_an_upstream_that_refused_on_always_asks_off_never_asks() -> None:
+    support = ConstraintSupport()
+    assert support.allows("vllm", StructuredOutputs.AUTO)
+    assert not support.allows("vllm", StructuredOutputs.OFF)
+    assert support.refuse("vllm") is True
+    assert support.refuse("vllm") is False
+    assert not support.allows("vllm", StructuredOutputs.AUTO)
+    assert support.allows("vllm", StructuredOutputs.ON)
+    assert support.allows("other", StructuredOutputs.AUTO)
+    assert support.refused() == frozenset({"vllm"})

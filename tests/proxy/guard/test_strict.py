@@ -1,4 +1,5 @@
 import copy
+import json
 from typing import Any
 
 import jsonschema_rs
@@ -9,8 +10,15 @@ from hypothesis import strategies as st
 from evalkit.domains.retail.tools import RetailTools
 from evalkit.domains.telecom.tools import TelecomTools
 from evalkit.domains.telecom.user_tools import TelecomUserTools
-from proxy.guard.strict import StrictForm, restore, strict_form
+from proxy.guard.strict import StrictForm, restore, restore_calls, strict_form
+from proxy.guard.toolcheck import compile_tools
 
+BILLS = {
+    "type": "object",
+    "properties": {"customer_id": {"type": "string"}, "limit": {"type": "integer"}},
+    "required": ["customer_id"],
+}
+PLAIN = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
 DOMAIN_TOOLS = [
     tool["function"]
     for kit in (RetailTools, TelecomTools, TelecomUserTools)
@@ -351,3 +359,40 @@ def test_every_answer_valid_under_a_domain_tools_strict_form_is_valid_under_its_
     tool: dict[str, Any], data: st.DataObject
 ) -> None:
     _assert_strict_answers_are_declared_answers(tool["parameters"], data)
+
+
+def test_restore_calls_restores_only_calls_to_tools_whose_strict_form_has_placeholders() -> None:
+    tools = [
+        {"type": "function", "function": {"name": "bills", "parameters": BILLS}},
+        {"type": "function", "function": {"name": "plain", "parameters": PLAIN}},
+    ]
+    index = compile_tools(tools)
+    forms = {"bills": strict_form(BILLS), "plain": strict_form(PLAIN)}
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "a",
+                "type": "function",
+                "function": {"name": "bills", "arguments": '{"customer_id": "C1", "limit": null}'},
+            },
+            {
+                "id": "b",
+                "type": "function",
+                "function": {"name": "plain", "arguments": '{"q": "x"}'},
+            },
+            {"id": "c", "type": "function", "function": {"name": "bills", "arguments": "[1"}},
+        ],
+    }
+    before = copy.deepcopy(message)
+    restored = restore_calls(message, forms, index)
+    assert message == before
+    calls = restored["tool_calls"]
+    assert json.loads(calls[0]["function"]["arguments"]) == {"customer_id": "C1"}
+    assert calls[0]["id"] == "a"
+    assert (
+        calls[1:] == before["tool_calls"][1:]
+    )  # no placeholders there; not JSON is left to validation
+    untouched = {"role": "assistant", "content": "hi"}
+    assert restore_calls(untouched, forms, index) == untouched
