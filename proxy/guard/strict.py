@@ -162,18 +162,19 @@ def restore(arguments: object, parameters: Mapping[str, Any] | None) -> object:
 
 
 def restore_calls(
-    message: Mapping[str, Any], forms: Mapping[str, StrictForm], index: ToolIndex
+    message: dict[str, Any], forms: Mapping[str, StrictForm], index: ToolIndex
 ) -> dict[str, Any]:
     """`message` with each call to a tool of `forms` restored to its declared meaning.
 
     A call decoded under a strict form writes `null` for an optional property it leaves out;
     `restore` drops those, so that the call is checked, and reaches the
     client, as the declared schema means it. Arguments that are not a JSON object are left as
-    they are (validation reports them). Returns a copy; `message` itself when nothing changed.
+    they are (validation reports them). Returns a changed copy, or `message` itself when nothing
+    changed.
     """
     calls = message.get("tool_calls")
     if not isinstance(calls, list) or not any(form.placeholders for form in forms.values()):
-        return dict(message)
+        return message
     out_calls: list[object] = []
     changed = False
     for call in calls:
@@ -197,7 +198,7 @@ def restore_calls(
         text = json.dumps(restored, ensure_ascii=False)
         out_calls.append({**call, "function": {**function, "arguments": text}})  # type: ignore[dict-item]
     if not changed:
-        return dict(message)
+        return message
     return {**message, "tool_calls": out_calls}
 
 

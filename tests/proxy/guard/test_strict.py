@@ -394,5 +394,7 @@ def test_restore_calls_restores_only_calls_to_tools_whose_strict_form_has_placeh
     assert (
         calls[1:] == before["tool_calls"][1:]
     )  # no placeholders there; not JSON is left to validation
-    untouched = {"role": "assistant", "content": "hi"}
-    assert restore_calls(untouched, forms, index) == untouched
+    untouched: dict[str, Any] = {"role": "assistant", "content": "hi"}
+    assert restore_calls(untouched, forms, index) is untouched
+    valid_only = {"role": "assistant", "tool_calls": before["tool_calls"][1:]}
+    assert restore_calls(valid_only, forms, index) is valid_only
