@@ -1,11 +1,16 @@
 """Repairs for an invalid assistant message (DESIGN §6): the messages of a corrective re-ask, the
-message with its invalid calls stripped, and the local fixes that need no model call.
+plan of a constrained re-ask, the message with its invalid calls stripped, and the local fixes that
+need no model call.
 
 A re-ask appends to the request's messages the assistant's message, one `role: tool` answer per
 call it made (a corrective text for an invalid call, "not executed" for a valid one), and one
 `role: user` message for what has no call id to answer (leaked calls, an empty response, a
 `tool_choice` that required a call, calls without an id). Every function here copies; none changes
 its input.
+
+A constrained re-ask (`repair: constrain`) also asks the upstream to decode the answer under its
+structured outputs; `plan_reask` decides how, per channel (see its docstring), and the protocol
+adapters write the plan in their own form (`mark_strict` writes the tools of a chat request).
 """
 
 from __future__ import annotations
@@ -13,10 +18,14 @@ from __future__ import annotations
 import copy
 import enum
 import json
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from proxy.guard.channels import Channel, Violation
+from proxy.guard.strict import StrictForm, strict_form
 from proxy.guard.toolcheck import ToolIndex
 
 NOT_EXECUTED: Final = (
@@ -28,10 +37,16 @@ _DECODER: Final = json.JSONDecoder()
 
 
 class RepairMode(enum.StrEnum):
-    """Whether an invalid response is re-asked (`reask`) or passed on as it is (`off`)."""
+    """Whether an invalid response is passed on as it is (`off`) or re-asked with a corrective
+    text (`reask`)."""
 
     OFF = "off"
     REASK = "reask"
+
+    @property
+    def reasks(self) -> bool:
+        """Whether this mode re-asks at all."""
+        return self is not RepairMode.OFF
 
 
 class OnUnrepaired(enum.StrEnum):
@@ -41,6 +56,64 @@ class OnUnrepaired(enum.StrEnum):
     PASSTHROUGH = "passthrough"
     STRIP = "strip"
     REJECT = "reject"
+
+
+class StructuredOutputs(enum.StrEnum):
+    """Whether an upstream is asked for constrained calls: always (`on`), never (`off`), or until
+    it refuses the fields once (`auto`)."""
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
+
+
+CONSTRAINT_FIELDS: Final = ("strict", "tool_choice")
+"""The request fields a constrained re-ask adds; a 400 naming one of them is a refusal."""
+
+
+def refuses_constraint(status: int, body: object) -> bool:
+    """Whether an upstream's error answer to a constrained request refuses its fields.
+
+    True for a 400 whose error (message, param, code, or the body's text) names `strict` or
+    `tool_choice` — what an OpenAI-compatible server without structured outputs answers.
+    """
+    if status != 400:
+        return False
+    error = body.get("error", body) if isinstance(body, dict) else body
+    text = json.dumps(error, ensure_ascii=False) if not isinstance(error, str) else error
+    return any(name in text for name in CONSTRAINT_FIELDS)
+
+
+class ConstraintSupport:
+    """Which upstreams refused a constrained request, for `structured_outputs: auto`.
+
+    Kept per process for its lifetime: an upstream that refused once is sent plain re-asks from
+    then on. Safe to share between tasks and threads.
+    """
+
+    def __init__(self) -> None:
+        self._refused: set[str] = set()
+        self._lock = threading.Lock()
+
+    def allows(self, upstream: str, setting: StructuredOutputs) -> bool:
+        """Whether a request to `upstream` (configured `setting`) may carry the constraint."""
+        if setting is StructuredOutputs.OFF:
+            return False
+        with self._lock:
+            return setting is StructuredOutputs.ON or upstream not in self._refused
+
+    def refuse(self, upstream: str) -> bool:
+        """Remember that `upstream` refused; True the first time."""
+        with self._lock:
+            if upstream in self._refused:
+                return False
+            self._refused.add(upstream)
+            return True
+
+    def refused(self) -> frozenset[str]:
+        """The upstreams that refused so far."""
+        with self._lock:
+            return frozenset(self._refused)
 
 
 def corrective_messages(
@@ -117,6 +190,195 @@ def strip_invalid(message: dict[str, Any], violations: Sequence[Violation]) -> d
     else:
         del out["tool_calls"]
     return out
+
+
+_CALL_CHANNELS_WITH_A_TOOL: Final = (
+    Channel.MALFORMED_ARGUMENTS,
+    Channel.SCHEMA_VIOLATION,
+    Channel.TRUNCATED,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReaskPlan:
+    """How a constrained re-ask asks the upstream for a call it cannot get wrong the same way.
+
+    `tool_choice` is in the chat form the guard reads: `"none"`, `"required"`, or
+    `{"type": "function", "function": {"name": …}}`; None leaves the request's own (there was
+    nothing to constrain). `strict` holds the tools to declare `strict: true`, with the
+    parameters to declare (their strict form); `loose` the tools the plan leaves as declared,
+    with the reason; `single_call` asks for one call only (`parallel_tool_calls: false`): under
+    `required` a grammar that allows several calls lets a small model repeat its call until the
+    token limit cuts it off (seen on the CPU vLLM); `reason` says why this choice, for the log.
+    """
+
+    tool_choice: str | dict[str, Any] | None
+    reason: str
+    strict: Mapping[str, StrictForm] = field(default_factory=dict)
+    loose: Mapping[str, str] = field(default_factory=dict)
+    single_call: bool = False
+
+    @property
+    def named(self) -> str | None:
+        """The tool the plan names, or None when it does not name one."""
+        if isinstance(self.tool_choice, dict):
+            name = self.tool_choice["function"]["name"]
+            return name if isinstance(name, str) else None
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary for logs: the choice, the strict and the loose tools."""
+        return {
+            "tool_choice": self.named or self.tool_choice,
+            "reason": self.reason,
+            "strict": sorted(self.strict),
+            "loose": dict(sorted(self.loose.items())),
+            "single_call": self.single_call,
+        }
+
+
+def plan_reask(
+    message: Mapping[str, Any],
+    violations: Sequence[Violation],
+    index: ToolIndex,
+    tool_choice: object = None,
+) -> ReaskPlan:
+    """The constrained re-ask for `message`'s `violations`, under the request's `tool_choice`.
+
+    - `tool_choice: "none"` in the request (a call was not wanted): `"none"`, nothing strict.
+    - The request names a tool: that tool, strict.
+    - The message meant exactly one call and its tool is clear — a schema violation, malformed
+      arguments or a truncated call to a declared tool, an unknown name with exactly one close
+      match, a leaked call naming a declared tool (or one close match), a call a named
+      `tool_choice` did not allow: that tool, named and strict.
+    - Otherwise (several calls, no clear tool, an empty answer, a required call not made):
+      `"required"`, every declared tool strict, and one call only unless several were meant.
+    - No tools declared: the request's own `tool_choice` (a plain re-ask).
+
+    A tool whose schema cannot be made strict without changing its meaning stays as declared and
+    is listed in `loose` with the reason (the named or required choice still applies).
+    """
+    if not index.names:
+        return ReaskPlan(None, "the request declares no tools")
+    if tool_choice == "none":
+        return ReaskPlan("none", "the request's tool_choice is 'none'")
+    required_name = _named_choice(tool_choice)
+    if required_name is not None and index.has(required_name):
+        return _named(required_name, "the request's tool_choice names it", index)
+    intents = _intended_tools(message, violations, index)
+    if len(intents) == 1 and intents[0] is not None:
+        return _named(intents[0], "the one call's tool is clear", index)
+    forms = strict_forms(index)
+    reason = (
+        f"{len(intents)} calls were meant" if len(intents) > 1 else "the intended tool is not clear"
+    )
+    return ReaskPlan(
+        "required",
+        reason,
+        {name: form for name, form in forms.items() if form.convertible},
+        {name: form.reason or "" for name, form in forms.items() if not form.convertible},
+        single_call=len(intents) <= 1,
+    )
+
+
+def mark_strict(tools: Sequence[object], forms: Mapping[str, StrictForm]) -> list[object]:
+    """Chat `tools` with each function named in `forms` declared `strict: true` in its strict form.
+
+    Other tools, and every tool's other fields, are copied as they are.
+    """
+    out: list[object] = []
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        form = forms.get(name) if isinstance(name, str) else None
+        if (
+            not isinstance(tool, dict)
+            or not isinstance(function, dict)
+            or form is None
+            or form.schema is None
+        ):
+            out.append(copy.deepcopy(tool))
+            continue
+        marked = dict(tool)
+        marked["function"] = {**function, "parameters": form.schema, "strict": True}
+        out.append(marked)
+    return out
+
+
+_FORMS_SIZE: Final = 256
+_forms: OrderedDict[int, tuple[ToolIndex, dict[str, StrictForm]]] = OrderedDict()
+_forms_lock = threading.Lock()
+
+
+def strict_forms(index: ToolIndex) -> Mapping[str, StrictForm]:
+    """The strict form of every tool of `index`, computed once per compiled tool list.
+
+    The mapping is shared: read it, do not change it.
+    """
+    key = id(index)
+    with _forms_lock:
+        entry = _forms.get(key)
+        if entry is not None and entry[0] is index:
+            _forms.move_to_end(key)
+            return entry[1]
+    forms = {name: strict_form(index.schema(name)) for name in index.names}
+    with _forms_lock:
+        # the index is kept in the entry, so its id cannot be reused while the entry lives
+        _forms[key] = (index, forms)
+        while len(_forms) > _FORMS_SIZE:
+            _forms.popitem(last=False)
+    return forms
+
+
+def _named(name: str, why: str, index: ToolIndex) -> ReaskPlan:
+    form = strict_forms(index)[name]
+    choice = {"type": "function", "function": {"name": name}}
+    if form.convertible:
+        return ReaskPlan(choice, why, {name: form}, single_call=True)
+    return ReaskPlan(choice, why, {}, {name: form.reason or ""}, single_call=True)
+
+
+def _named_choice(tool_choice: object) -> str | None:
+    if isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
+        function = tool_choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        return name if isinstance(name, str) else None
+    return None
+
+
+def _intended_tools(
+    message: Mapping[str, Any], violations: Sequence[Violation], index: ToolIndex
+) -> list[str | None]:
+    """The tool each call of the message meant (None where unclear), message-level intents after."""
+    calls = _calls_of(dict(message))
+    per_call = {v.call_index: v for v in violations if v.call_index is not None}
+    intents: list[str | None] = []
+    for position, call in enumerate(calls):
+        name = _name_of(call)
+        violation = per_call.get(position)
+        if violation is None:
+            intents.append(name if index.has(name) else None)
+        elif violation.channel is Channel.UNKNOWN_TOOL:
+            intents.append(closest_tool_name(name, index.names) if name else None)
+        elif violation.channel in _CALL_CHANNELS_WITH_A_TOOL:
+            intents.append(name if index.has(name) else None)
+        else:
+            intents.append(None)
+    for violation in violations:
+        if violation.call_index is not None and 0 <= violation.call_index < len(calls):
+            continue
+        # a leaked or cut-off call, a required call not made, an empty answer
+        unclear = violation.channel is Channel.EMPTY_RESPONSE
+        intents.append(None if unclear else _declared_or_close(violation.tool_name, index))
+    return intents
+
+
+def _declared_or_close(name: str | None, index: ToolIndex) -> str | None:
+    if not name:
+        return None
+    if index.has(name):
+        return name
+    return closest_tool_name(name, index.names)
 
 
 def local_fix(

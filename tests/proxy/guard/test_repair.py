@@ -11,17 +11,22 @@ from pydantic import TypeAdapter
 from proxy.guard.channels import Channel, Violation
 from proxy.guard.repair import (
     NOT_EXECUTED,
+    ConstraintSupport,
     OnUnrepaired,
     RepairMode,
+    StructuredOutputs,
     closest_tool_name,
     corrective_messages,
     edit_distance,
     local_fix,
+    mark_strict,
+    plan_reask,
     recover_arguments,
+    refuses_constraint,
     strip_invalid,
 )
 from proxy.guard.toolcheck import ToolIndex, compile_tools, validate
-from tests.proxy.guard.builders import make_call, make_message, make_tool, retail_tools
+from tests.proxy.guard.builders import ORDER_ID, make_call, make_message, make_tool, retail_tools
 
 CONVERSATION = TypeAdapter(list[ChatCompletionMessageParam])
 REQUEST = [
@@ -75,6 +80,7 @@ def test_repair_modes_and_unrepaired_policies_have_their_configuration_names() -
     assert [m.value for m in RepairMode] == ["off", "reask"]
     assert [p.value for p in OnUnrepaired] == ["passthrough", "strip", "reject"]
     assert RepairMode("reask") is RepairMode.REASK
+    assert [m.reasks for m in RepairMode] == [False, True]
 
 
 # --- corrective_messages ---------------------------------------------------------------------------
@@ -365,3 +371,233 @@ def test_a_violation_without_a_matching_call_is_ignored_by_local_fix(index: Tool
     ghost = Violation(Channel.UNKNOWN_TOOL, "x", "get_order_detail", 3, "c3")
     message = make_message(make_call("get_order_details", VALID_ORDER_ARGS))
     assert local_fix(message, [ghost], index) == (message, [])
+
+
+# --- plan_reask: which constrained re-ask each channel gets ---------------------------------------
+
+
+def plan_for(
+    message: dict[str, Any], index: ToolIndex, tool_choice: Any = None, **check: Any
+) -> Any:
+    violations = validate(message, None, tool_choice, index=index, **check)
+    assert violations, "the message must be invalid"
+    return plan_reask(message, violations, index, tool_choice)
+
+
+def named(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name}}
+
+
+ALL_STRICT = {
+    "get_order_details",
+    "cancel_pending_order",
+    "modify_user_address",
+    "return_delivered_order_items",
+    "list_all_product_types",
+}
+
+
+@pytest.mark.parametrize(
+    ("call", "finish_reason"),
+    [
+        (make_call("cancel_pending_order", {"order_id": "#W1234567"}), None),  # schema violation
+        (
+            make_call("cancel_pending_order", '{"order_id": "#W1234567", "reason"'),
+            None,
+        ),  # malformed
+        (make_call("cancel_pending_order", '["#W1234567"]'), None),  # an array, not an object
+        (make_call("cancel_pending_order", '{"order_id": "#W12'), "length"),  # truncated call
+        (make_call("cancel_pendng_order", VALID_ORDER_ARGS), None),  # unknown, one close match
+    ],
+)
+def test_a_single_call_whose_tool_is_clear_is_reasked_with_that_tool_named_and_strict(
+    call: dict[str, Any], finish_reason: str | None, index: ToolIndex
+) -> None:
+    plan = plan_for(make_message(call), index, finish_reason=finish_reason)
+    assert plan.tool_choice == named("cancel_pending_order")
+    assert plan.named == "cancel_pending_order"
+    assert set(plan.strict) == {"cancel_pending_order"}
+    assert plan.strict["cancel_pending_order"].schema["additionalProperties"] is False
+    assert plan.loose == {}
+    assert plan.single_call
+
+
+def test_an_unknown_name_without_one_close_match_is_reasked_with_required_and_every_tool_strict(
+    index: ToolIndex,
+) -> None:
+    plan = plan_for(make_message(make_call("refund_everything", {})), index)
+    assert plan.tool_choice == "required"
+    assert set(plan.strict) == ALL_STRICT
+    assert plan.named is None
+    assert plan.single_call  # one call was meant: no room to repeat it until the token limit
+
+
+def test_several_calls_are_reasked_with_required_even_when_each_tool_is_clear(
+    index: ToolIndex,
+) -> None:
+    message = make_message(
+        make_call("get_order_details", VALID_ORDER_ARGS),
+        make_call("cancel_pending_order", VALID_ORDER_ARGS),  # reason missing
+    )
+    plan = plan_for(message, index)
+    assert plan.tool_choice == "required"
+    assert plan.reason == "2 calls were meant"
+    assert not plan.single_call
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (
+            '<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W1234567"}}</tool_call>',
+            named("get_order_details"),
+        ),
+        (
+            '<tool_call>{"name": "get_ordr_details", "arguments": {}}</tool_call>',
+            named("get_order_details"),
+        ),
+        ('<tool_call>{"name": "wire_money", "arguments": {}}</tool_call>', "required"),
+    ],
+)
+def test_a_leaked_call_is_named_when_it_names_a_declared_tool_or_one_close_match(
+    content: str, expected: Any, index: ToolIndex
+) -> None:
+    plan = plan_for(make_message(content=content), index)
+    assert plan.tool_choice == expected
+
+
+def test_a_leaked_call_cut_off_at_the_token_limit_is_named_after_its_tool(index: ToolIndex) -> None:
+    message = make_message(
+        content='<tool_call>\n{"name": "get_order_details", "arguments": {"order_id": "#W1'
+    )
+    violations = validate(message, None, index=index, finish_reason="length")
+    assert [v.channel for v in violations] == [Channel.TRUNCATED]
+    assert plan_reask(message, violations, index).tool_choice == named("get_order_details")
+
+
+def test_an_empty_answer_is_reasked_with_required(index: ToolIndex) -> None:
+    plan = plan_for(make_message(content=""), index)
+    assert plan.tool_choice == "required"
+    assert set(plan.strict) == ALL_STRICT
+
+
+def test_a_required_call_not_made_is_reasked_with_required_or_the_named_tool(
+    index: ToolIndex,
+) -> None:
+    text = make_message(content="I will look it up.")
+    assert plan_for(text, index, "required").tool_choice == "required"
+    assert plan_for(text, index, named("get_order_details")).tool_choice == named(
+        "get_order_details"
+    )
+
+
+def test_a_call_to_another_tool_than_the_named_one_is_reasked_naming_the_requests_tool(
+    index: ToolIndex,
+) -> None:
+    message = make_message(make_call("cancel_pending_order", VALID_ORDER_ARGS))
+    plan = plan_for(message, index, named("get_order_details"))
+    assert plan.tool_choice == named("get_order_details")
+    assert set(plan.strict) == {"get_order_details"}
+
+
+def test_a_call_where_tool_choice_was_none_is_reasked_with_none_and_nothing_strict(
+    index: ToolIndex,
+) -> None:
+    message = make_message(make_call("get_order_details", VALID_ORDER_ARGS))
+    plan = plan_for(message, index, "none")
+    assert plan.tool_choice == "none"
+    assert plan.strict == {}
+    assert plan_for(make_message(content=""), index, "none").tool_choice == "none"
+
+
+def test_without_tools_the_plan_leaves_the_requests_tool_choice() -> None:
+    message = make_message(content="")
+    violations = validate(message, None)
+    plan = plan_reask(message, violations, compile_tools(None))
+    assert plan.tool_choice is None
+    assert plan.strict == {}
+    assert plan.loose == {}
+
+
+def test_a_tool_that_cannot_be_strict_is_left_as_declared_and_the_plan_says_why() -> None:
+    tools = [
+        make_tool("get_order_details", {"order_id": ORDER_ID}, ["order_id"]),
+        make_tool("set_settings", {"settings": {"type": "object"}}, ["settings"]),
+    ]
+    index = compile_tools(tools)
+    plan = plan_for(make_message(make_call("set_setings", {"settings": 3})), index)
+    assert plan.tool_choice == named("set_settings")
+    assert plan.strict == {}
+    assert plan.loose == {"set_settings": "/properties/settings is an object with free-form keys"}
+    required = plan_for(make_message(content=""), index)
+    assert set(required.strict) == {"get_order_details"}
+    assert set(required.loose) == {"set_settings"}
+    assert required.to_dict() == {
+        "tool_choice": "required",
+        "reason": "the intended tool is not clear",
+        "strict": ["get_order_details"],
+        "loose": {"set_settings": "/properties/settings is an object with free-form keys"},
+        "single_call": True,
+    }
+
+
+def test_mark_strict_declares_the_planned_tools_strict_in_their_strict_form(
+    index: ToolIndex,
+) -> None:
+    tools = retail_tools()
+    before = copy.deepcopy(tools)
+    plan = plan_for(make_message(make_call("cancel_pending_order", VALID_ORDER_ARGS)), index)
+    marked = mark_strict(tools, plan.strict)
+    assert tools == before
+    by_name = {t["function"]["name"]: t["function"] for t in marked}  # type: ignore[index]
+    assert by_name["cancel_pending_order"]["strict"] is True
+    assert (
+        by_name["cancel_pending_order"]["parameters"] == plan.strict["cancel_pending_order"].schema
+    )
+    assert by_name["cancel_pending_order"]["description"] == "cancel_pending_order tool"
+    assert "strict" not in by_name["get_order_details"]
+    assert by_name["get_order_details"] == before[0]["function"]
+
+
+# --- structured outputs: refusals and what is remembered ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "refused"),
+    [
+        (400, {"error": {"message": "Unrecognized request argument supplied: strict"}}, True),
+        (400, {"error": {"message": "invalid value", "param": "tool_choice"}}, True),
+        (
+            400,
+            {
+                "detail": [
+                    {
+                        "loc": ["body", "tools", 0, "function", "strict"],
+                        "msg": "Extra inputs are not permitted",
+                    }
+                ]
+            },
+            True,
+        ),
+        (400, "'required' tool_choice is not supported", True),
+        (400, {"error": {"message": "max_tokens is too large"}}, False),
+        (500, {"error": {"message": "strict decoding crashed"}}, False),
+        (422, {"error": {"message": "tool_choice"}}, False),
+    ],
+)
+def test_a_refusal_is_a_400_that_names_the_constrained_fields(
+    status: int, body: object, refused: bool
+) -> None:
+    assert refuses_constraint(status, body) is refused
+
+
+def test_auto_remembers_an_upstream_that_refused_on_always_asks_off_never_asks() -> None:
+    support = ConstraintSupport()
+    assert support.allows("vllm", StructuredOutputs.AUTO)
+    assert not support.allows("vllm", StructuredOutputs.OFF)
+    assert support.refuse("vllm") is True
+    assert support.refuse("vllm") is False
+    assert not support.allows("vllm", StructuredOutputs.AUTO)
+    assert support.allows("vllm", StructuredOutputs.ON)
+    assert support.allows("other", StructuredOutputs.AUTO)
+    assert support.refused() == frozenset({"vllm"})
