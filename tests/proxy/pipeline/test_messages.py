@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -443,8 +444,11 @@ def test_a_stream_through_the_proxy_accumulates_to_the_plain_message(
     proxy: RunningProxy, upstream: RunningUpstream, reply: Any, fragment: int, cut: Any
 ) -> None:
     upstream.script.rescript(SSE.of(reply, fragment=fragment, chunk_sizes=cut, ping=True))
-    plain = ask(proxy, "s-prop").parse().model_dump()
-    _, final = streamed(proxy, "s-prop")
+    # A session of its own per example: an empty answer counts against the budget, and twenty
+    # examples in one session would spend it.
+    session = f"s-prop-{uuid.uuid4().hex}"
+    plain = ask(proxy, session).parse().model_dump()
+    _, final = streamed(proxy, session)
     streamed_body = final.model_dump()
     plain["content"] = [b for b in plain["content"] if b.get("text") != ""]
     assert [_block(b) for b in streamed_body["content"]] == [_block(b) for b in plain["content"]]
