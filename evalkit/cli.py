@@ -7,11 +7,9 @@ Every command reports an `EvalkitError` as one line on stderr and exits with the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, cast
 
@@ -41,7 +39,8 @@ from evalkit.analysis.tables import (
 )
 from evalkit.domains import get_domain
 from evalkit.domains.base import Domain
-from evalkit.errors import EvalkitError, JudgeError, UsageError
+from evalkit.errors import JudgeError, UsageError
+from evalkit.exits import exit_on_error
 from evalkit.formats import Results, read_results
 from evalkit.judge import LLMJudge
 from evalkit.probe.command import probe_command
@@ -77,19 +76,6 @@ app.command("probe")(probe_command)
 @app.callback()
 def _root() -> None:
     """evalkit: τ²-bench-style episodes, rewards and results files."""
-
-
-@contextlib.contextmanager
-def exit_on_error(exit_code: int | None = None) -> Iterator[None]:
-    """Turn an `EvalkitError` into a one-line message on stderr and the error's exit code (or
-    `exit_code`, for a command whose statuses mean something else)."""
-    try:
-        yield
-    except EvalkitError as exc:
-        Console(stderr=True).print(
-            f"[bold red]error:[/] {exc.message}", highlight=False, markup=True, soft_wrap=True
-        )
-        raise typer.Exit(exc.exit_code if exit_code is None else exit_code) from None
 
 
 JudgeBaseUrlOption = Annotated[

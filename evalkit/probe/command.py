@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from evalkit.analysis.stats import DEFAULT_RESAMPLES
 from evalkit.errors import EndpointError, UsageError
+from evalkit.exits import exit_on_error
 from evalkit.formats import write_json_atomic
 from evalkit.probe.asking import Answer, AskSettings, Target
 from evalkit.probe.figures import ProbeFigures
@@ -158,7 +159,6 @@ def probe_command(
     Writes DIR/probe.json (every answer and figure), probe.md, probe.html and a plot. Answers are
     journaled as they land: Ctrl-C or a dead endpoint keeps them, --resume DIR asks the rest.
     """
-    from evalkit.cli import exit_on_error
 
     console = Console(quiet=quiet)
     with exit_on_error():
