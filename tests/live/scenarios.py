@@ -4,10 +4,13 @@ valid against the request's tools or reported by the proxy in `x-toolsentry-viol
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import jsonschema
 from openai import OpenAI
 from openai.types.chat import ChatCompletionChunk
@@ -390,3 +393,45 @@ def counter_values(metrics_text: str, sample_name: str) -> dict[tuple[tuple[str,
 
 def labels(**pairs: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(pairs.items()))
+
+
+# The (tool_choice, stream) pairs every prompt is sent in by the per-channel sweeps.
+MODES = [("auto", False), ("required", False), ("named", True), ("auto", True)]
+
+
+def assert_reported_and_counted(
+    proxy_url: str, session: str, received: Received, *, api: str
+) -> None:
+    """The proxy's report of the turn matches the session's record, and each reported channel is
+    counted in it and in /metrics under `api`."""
+    report = received.report
+    assert report["session"] == session
+    record = httpx.get(f"{proxy_url}/v1/sessions/{session}", timeout=30).json()
+    assert (report["errors"], report["repairs"]) == (record["errors"], record["repairs"])
+    metrics = counter_values(
+        httpx.get(f"{proxy_url}/metrics", timeout=30).text, "toolsentry_violations_total"
+    )
+    for channel in received.violations:
+        assert record["channels"].get(channel, 0) >= 1, f"{channel} not counted in {record}"
+        assert metrics[labels(api=api, model=MODEL, channel=channel)] >= 1
+
+
+def sweep(
+    send: Callable[[Prompt, str, bool, str], Received], proxy_url: str, *, api: str
+) -> tuple[Counter[str], list[str]]:
+    """Every prompt in every mode through `send` (prompt, choice, stream, session), each turn
+    checked as reported and counted under `api`: the channels reported, and the failures the
+    client received that no report accounts for."""
+    seen: Counter[str] = Counter()
+    problems: list[str] = []
+    for prompt in PROMPTS:
+        for choice, stream in MODES:
+            session = f"live-{api}-{uuid.uuid4().hex[:12]}"
+            received = send(prompt, choice, stream, session)
+            seen.update(received.violations)
+            problems += [
+                f"{prompt.name}/{choice}/{'stream' if stream else 'json'}: {problem}"
+                for problem in unreported(received, prompt.tools, tool_choice_for(prompt, choice))
+            ]
+            assert_reported_and_counted(proxy_url, session, received, api=api)
+    return seen, problems

@@ -20,6 +20,7 @@ import pytest
 
 from tests.live.scenarios import (
     MODEL,
+    MODES,
     PROMPTS,
     Prompt,
     Received,
@@ -72,9 +73,6 @@ def assert_reported_and_counted(
         assert metrics[labels(api="chat", model=MODEL, channel=channel)] >= 1, (
             f"{channel} not in /metrics"
         )
-
-
-MODES = [("auto", False), ("required", False), ("named", True), ("auto", True)]
 
 
 def test_vllm_alone_lets_tool_call_failures_reach_the_client(

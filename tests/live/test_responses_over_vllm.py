@@ -11,29 +11,27 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections import Counter
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from tests.live.scenarios import (
     MODEL,
+    MODES,
     PROMPTS,
     SUMMARY_PREFIX,
     Prompt,
     Received,
-    counter_values,
-    labels,
+    assert_reported_and_counted,
+    sweep,
     tool_choice_for,
     unreported,
 )
 
 pytestmark = pytest.mark.vllm
-
-MODES = [("auto", False), ("required", False), ("named", True), ("auto", True)]
 
 
 @pytest.fixture
@@ -152,19 +150,6 @@ def send(
     return as_received(headers, final, summary)
 
 
-def assert_reported_and_counted(proxy_url: str, session: str, received: Received) -> None:
-    report = received.report
-    assert report["session"] == session
-    record = httpx.get(f"{proxy_url}/v1/sessions/{session}", timeout=30).json()
-    assert (report["errors"], report["repairs"]) == (record["errors"], record["repairs"])
-    metrics = counter_values(
-        httpx.get(f"{proxy_url}/metrics", timeout=30).text, "toolsentry_violations_total"
-    )
-    for channel in received.violations:
-        assert record["channels"].get(channel, 0) >= 1, f"{channel} not counted in {record}"
-        assert metrics[labels(api="responses", model=MODEL, channel=channel)] >= 1
-
-
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 @pytest.mark.parametrize("choice", ["auto", "required", "named"])
 @pytest.mark.parametrize(
@@ -176,24 +161,17 @@ def test_every_function_call_the_responses_client_receives_is_valid_or_reported(
     session = f"live-responses-{uuid.uuid4().hex[:12]}"
     received = send(client, prompt, choice, stream, session)
     assert unreported(received, prompt.tools, tool_choice_for(prompt, choice)) == []
-    assert_reported_and_counted(proxy_url, session, received)
+    assert_reported_and_counted(proxy_url, session, received, api="responses")
 
 
 def test_responses_per_channel_summary(
     client: openai.OpenAI, proxy_url: str, summary: list[str]
 ) -> None:
-    seen: Counter[str] = Counter()
-    problems: list[str] = []
-    for prompt in PROMPTS:
-        for choice, stream in MODES:
-            session = f"live-responses-{uuid.uuid4().hex[:12]}"
-            received = send(client, prompt, choice, stream, session, max_tokens=64)
-            seen.update(received.violations)
-            problems += [
-                f"{prompt.name}/{choice}/{'stream' if stream else 'json'}: {problem}"
-                for problem in unreported(received, prompt.tools, tool_choice_for(prompt, choice))
-            ]
-            assert_reported_and_counted(proxy_url, session, received)
+    seen, problems = sweep(
+        partial(send, client, max_tokens=64),
+        proxy_url,
+        api="responses",
+    )
     summary.append(f"/v1/responses: {len(PROMPTS) * len(MODES)} requests through the proxy")
     summary += [f"  {channel:24} {count:4d} responses" for channel, count in sorted(seen.items())]
     assert problems == []
