@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from proxy.errors import ConfigError
-from proxy.guard.repair import OnUnrepaired, RepairMode
+from proxy.guard.repair import OnUnrepaired, RepairMode, StructuredOutputs
 from proxy.session.budget import DEFAULT_SESSION_HEADERS, ExhaustionPolicy
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -41,6 +41,20 @@ class UpstreamConfig(BaseModel):
     timeout: float = Field(default=600.0, gt=0, description="Seconds to wait for a response.")
     connect_timeout: float = Field(default=10.0, gt=0)
     max_connections: int = Field(default=256, ge=1, description="Pooled keep-alive connections.")
+    structured_outputs: StructuredOutputs = Field(
+        default=StructuredOutputs.AUTO,
+        description="Whether `repair: constrain` and `enforce_strict` may ask this upstream for "
+        "constrained calls (named/required tool_choice, strict tools): on, off, or auto (until "
+        "it refuses the fields once).",
+    )
+
+    @field_validator("structured_outputs", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, value: Any) -> Any:
+        # YAML 1.1 reads bare `on` and `off` as booleans; they must still mean on and off.
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return value
 
     @field_validator("base_url")
     @classmethod
@@ -122,6 +136,11 @@ class Settings(BaseSettings):
     repair: RepairMode = RepairMode.REASK
     max_reasks: int = Field(default=2, ge=0, le=10)
     on_unrepaired: OnUnrepaired = OnUnrepaired.PASSTHROUGH
+    enforce_strict: bool = Field(
+        default=False,
+        description="Declare the client's own tools strict on the first attempt (tool_choice "
+        "unchanged), where the upstream's structured_outputs allow it.",
+    )
     local_fixes: bool = Field(
         default=False,
         description="Fix near-miss tool names and fenced arguments without a model call.",

@@ -6,6 +6,7 @@ import pytest
 
 from proxy.config import load_settings
 from proxy.errors import ConfigError
+from proxy.guard.repair import StructuredOutputs
 
 
 def test_flags_beat_environment_which_beats_the_file(
@@ -38,3 +39,32 @@ def test_secrets_survive_the_hand_over_to_workers_but_not_the_printout() -> None
     settings = load_settings(admin_key="s3cret", api_keys=["k1"])
     assert "s3cret" in settings.to_json_with_secrets()
     assert "s3cret" not in str(settings.redacted())
+
+
+def test_structured_outputs_on_and_off_mean_themselves_in_yaml_and_enforce_strict_is_off(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "upstreams:\n"
+        "  - {name: a, base_url: 'http://127.0.0.1:1/v1', structured_outputs: off}\n"
+        "  - {name: b, base_url: 'http://127.0.0.1:2/v1', structured_outputs: on}\n"
+        "  - {name: c, base_url: 'http://127.0.0.1:3/v1'}\n"
+    )
+    settings = load_settings(config)
+    assert [u.structured_outputs for u in settings.upstreams] == [
+        StructuredOutputs.OFF,
+        StructuredOutputs.ON,
+        StructuredOutputs.AUTO,
+    ]
+    assert settings.enforce_strict is False
+    with pytest.raises(ConfigError, match="structured_outputs"):
+        load_settings(
+            upstreams=[
+                {
+                    "name": "a",
+                    "base_url": "http://127.0.0.1:1/v1",
+                    "structured_outputs": "sometimes",
+                }
+            ]
+        )
