@@ -123,8 +123,10 @@ def serve(
     repair: Annotated[
         RepairMode | None,
         typer.Option(
-            help="reask: re-ask the model when a tool call fails validation; off: pass failures "
-            "through and count them [default: reask].",
+            help="reask: re-ask the model when a tool call fails validation; constrain: re-ask "
+            "under the upstream's structured outputs (a named or required call, strict schemas), "
+            "plainly where the upstream refuses them; off: pass failures through and count them "
+            "[default: reask].",
             envvar="TOOLSENTRY_REPAIR",
             show_envvar=True,
             case_sensitive=False,

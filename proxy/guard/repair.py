@@ -37,11 +37,12 @@ _DECODER: Final = json.JSONDecoder()
 
 
 class RepairMode(enum.StrEnum):
-    """Whether an invalid response is passed on as it is (`off`) or re-asked with a corrective
-    text (`reask`)."""
+    """Whether an invalid response is passed on as it is (`off`), re-asked with a corrective text
+    (`reask`), or re-asked with that text under the upstream's structured outputs (`constrain`)."""
 
     OFF = "off"
     REASK = "reask"
+    CONSTRAIN = "constrain"
 
     @property
     def reasks(self) -> bool:

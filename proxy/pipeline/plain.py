@@ -44,7 +44,7 @@ async def complete(turn: Turn, *, raw: bytes | None = None) -> TurnResult:
         answer = protocol.finish(turn.body, turn.ending)
         return TurnResult(200, turn.report().headers(), body=answer)
     try:
-        response = await turn.send(turn.body, raw=raw)
+        response = await turn.send_first(raw)
         reply = protocol.read(response.json(), turn.upstream.name)
     except UpstreamError as exc:
         await turn.fail(exc)

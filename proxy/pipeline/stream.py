@@ -21,9 +21,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AsyncExitStack, aclosing
 
-import orjson
-
-from proxy.errors import ToolsentryError, UpstreamError, status_of
+from proxy.errors import ToolsentryError, UpstreamError, UpstreamStatusError, status_of
 from proxy.logs import get_logger
 from proxy.pipeline.report import TurnReport
 from proxy.pipeline.turn import Turn
@@ -98,20 +96,25 @@ async def open_stream(turn: Turn, *, raw: bytes | None = None) -> TurnStream:
         resources.push_async_callback(relay.close_unfinished)
         started = time.perf_counter()
         try:
-            upstream = await resources.enter_async_context(
-                turn.upstream.stream(
-                    turn.path,
-                    body=raw if raw is not None else orjson.dumps(turn.body),
-                    headers=turn.forward,
+            while True:
+                upstream = await resources.enter_async_context(
+                    turn.upstream.stream(
+                        turn.path, body=turn.first_payload(raw), headers=turn.forward
+                    )
                 )
-            )
-            if upstream.status >= 400:
+                if upstream.status < 400:
+                    break
                 data = b"".join([chunk async for chunk in upstream.chunks])
                 elapsed = time.perf_counter() - started
-                raise_for_status(
-                    UpstreamResponse(upstream.status, upstream.headers, data, elapsed),
-                    turn.upstream.name,
-                )
+                try:
+                    raise_for_status(
+                        UpstreamResponse(upstream.status, upstream.headers, data, elapsed),
+                        turn.upstream.name,
+                    )
+                except UpstreamStatusError as exc:
+                    # enforce_strict's tools refused: the client's own request, once
+                    if not turn.refused_strict(exc):
+                        raise
             resources.push_async_callback(relay.drain, upstream.chunks)  # before it closes
         except UpstreamError as exc:
             await turn.fail(exc)

@@ -30,12 +30,25 @@ from proxy.errors import (
     UpstreamStatusError,
 )
 from proxy.guard.channels import Channel, Violation
-from proxy.guard.repair import OnUnrepaired, RepairMode, local_fix, strip_invalid
+from proxy.guard.repair import (
+    ConstraintSupport,
+    OnUnrepaired,
+    ReaskPlan,
+    RepairMode,
+    StructuredOutputs,
+    local_fix,
+    plan_reask,
+    refuses_constraint,
+    strict_forms,
+    strip_invalid,
+)
+from proxy.guard.strict import StrictForm, restore_calls
 from proxy.guard.toolcheck import GuardLimits, ToolIndex, validate
 from proxy.logs import get_logger, log_request
 from proxy.metrics import Metrics, UnknownToolStats
 from proxy.pipeline.report import TurnReport
 from proxy.protocols.base import Choice, Message, Settled, TurnView, WireProtocol
+from proxy.protocols.constrain import FOR_API, Constrain
 from proxy.session.budget import ErrorBudget, ExhaustionPolicy, resolve_session
 from proxy.session.stores import SessionRecord, SessionStore
 from proxy.shadow import Shadow, ShadowRequest, judge_for
@@ -93,6 +106,8 @@ class Pipeline:
         self._session_headers = tuple(name.lower() for name in settings.session_headers)
         # Set by the app when shadow comparison is on (proxy/shadow.py).
         self.shadow: Shadow | None = None
+        self.constraints = ConstraintSupport()
+        self._structured_outputs = {u.name: u.structured_outputs for u in settings.upstreams}
         self._model_labels: set[str] = set()
 
     async def begin(
@@ -155,7 +170,23 @@ class Pipeline:
                 )
             turn.ending = text
             await turn.close(200)
+        elif self.settings.enforce_strict:
+            turn.mark_strict()
         return turn
+
+    def constrainer(self, upstream: str, api: str) -> Constrain | None:
+        """How to write a constrained request of protocol `api` for `upstream`; None where its
+        `structured_outputs` are off, it refused them (`auto`), or the protocol has no such form."""
+        constrain = FOR_API.get(api)
+        if constrain is None or not self.constraints.allows(
+            upstream, self.structured_outputs(upstream)
+        ):
+            return None
+        return constrain
+
+    def structured_outputs(self, upstream: str) -> StructuredOutputs:
+        """The configured `structured_outputs` of the upstream named `upstream`."""
+        return self._structured_outputs.get(upstream, StructuredOutputs.AUTO)
 
     def model_label(self, model: object) -> str:
         """The `model` label of a request's metrics: its model, or `other` past 64 names."""
@@ -241,6 +272,7 @@ class Turn:
     """
 
     __slots__ = (
+        "_client_body",
         "_closed",
         "_failed",
         "_found",
@@ -250,6 +282,7 @@ class Turn:
         "_responses",
         "_shadow_first",
         "_started",
+        "_strict_first",
         "_unrepaired",
         "body",
         "budget",
@@ -305,6 +338,19 @@ class Turn:
         self.shadowed = False
         self._shadow_first: tuple[Decision, Message] | None = None
         self._closed: TurnReport | None = None
+        self._client_body = body
+        self._strict_first: Mapping[str, StrictForm] = {}
+
+    def mark_strict(self) -> None:
+        """`enforce_strict`: declare the client's tools strict (in their strict forms) on the
+        first attempt, where the upstream's structured outputs allow it; the client's
+        `tool_choice` stays as it is. Tools that cannot be strict stay as declared."""
+        constrain = self._pipeline.constrainer(self.upstream.name, self.protocol.api)
+        forms = {n: f for n, f in strict_forms(self.view.index).items() if f.convertible}
+        if constrain is None or not forms:
+            return
+        self._strict_first = forms
+        self.body = constrain(self._client_body, ReaskPlan(None, "enforce_strict", forms))
 
     # -- the upstream ---------------------------------------------------------------------------
 
@@ -332,6 +378,52 @@ class Turn:
             return response
         finally:
             self.upstream_seconds += time.perf_counter() - start
+
+    def first_payload(self, raw: bytes | None) -> bytes:
+        """The first attempt's body: the client's bytes as sent (`raw`, when given), unless the
+        turn declared the tools strict (`enforce_strict`)."""
+        if raw is not None and self.body is self._client_body:
+            return raw
+        return orjson.dumps(self.body)
+
+    async def send_first(self, raw: bytes | None = None) -> UpstreamResponse:
+        """The turn's first, non-streamed request (see `first_payload`); when the upstream
+        refuses the strict tools (`refused_strict`), the client's own request, as sent."""
+        try:
+            return await self.send(None, raw=self.first_payload(raw))
+        except UpstreamStatusError as exc:
+            if not self.refused_strict(exc):
+                raise
+        return await self.send(None, raw=self.first_payload(raw))
+
+    def refused_strict(self, exc: UpstreamStatusError) -> bool:
+        """Whether the first attempt's strict tools were refused (`structured_outputs: auto`);
+        if so the turn goes back to the client's own body, and the refusal is remembered."""
+        if not self._strict_first or not self._refused(exc):
+            return False
+        self._strict_first = {}
+        self.body = self._client_body
+        return True
+
+    def _refused(self, exc: UpstreamStatusError) -> bool:
+        """Whether `exc` refuses the constrained fields of an upstream whose structured outputs
+        are `auto`; the refusal is remembered (the upstream gets plain requests from now on)
+        and logged."""
+        pipeline, upstream = self._pipeline, self.upstream.name
+        said = exc.upstream_body if exc.upstream_body is not None else exc.message
+        if pipeline.structured_outputs(upstream) is not StructuredOutputs.AUTO or not (
+            refuses_constraint(exc.status, said)
+        ):
+            return False
+        first = pipeline.constraints.refuse(upstream)
+        get_logger().warning(
+            "structured_outputs_refused",
+            upstream=upstream,
+            status=exc.status,
+            error=exc.message,
+            first=first,
+        )
+        return True
 
     async def fail(self, exc: UpstreamError, *, ends_request: bool = True) -> None:
         """Count an upstream failure (after retries) in the session and the metrics.
@@ -367,7 +459,8 @@ class Turn:
         Raises UnrepairedToolCallError under `on_unrepaired: reject` (the turn closed with 422).
         """
         view, settings = self.view, self._pipeline.settings
-        message, reason = choice.message, choice.finish_reason
+        original, reason = choice.message, choice.finish_reason
+        message = restore_calls(original, self._strict_first, view.index)
         found = validate(message, None, view.tool_choice, finish_reason=reason, index=view.index)
         trace = CURRENT_TRACE.get()
         if self.shadowed and self._shadow_first is None and choice.index == 0:
@@ -377,7 +470,7 @@ class Turn:
             self._outcomes["valid"] += len(message.get("tool_calls") or ())
             if trace is not None:
                 trace.finish_reason(reason)
-            return Settled(choice.index, message, reason, False)
+            return Settled(choice.index, message, reason, message is not original)
 
         self._count(found)
         answered_by = trace.checkpoint() if trace is not None else None
@@ -394,7 +487,7 @@ class Turn:
                         self.model, violation.channel.value, "local_fix", self.protocol.api
                     ).inc()
 
-        if remaining and self.repair is RepairMode.REASK and settings.max_reasks > 0:
+        if remaining and self.repair.reasks and settings.max_reasks > 0:
             current, reason, remaining, usage = await self._reask(current, reason, remaining)
 
         repaired = not remaining
@@ -446,7 +539,7 @@ class Turn:
                 code=remaining[0].channel.value,
                 headers=report.headers(),
             )
-        return Settled(choice.index, current, reason, current is not message, usage)
+        return Settled(choice.index, current, reason, current is not original, usage)
 
     async def _reask(
         self, message: Message, reason: str | None, violations: list[Violation]
@@ -463,7 +556,8 @@ class Turn:
                 trace.attempt_kind("reask")
             # A failed re-ask leaves the failure it was to repair in place; the request goes on.
             try:
-                reply = protocol.read((await self.send(request)).json(), self.upstream.name)
+                response, forms = await self._send_reask(request, message, violations)
+                reply = protocol.read(response.json(), self.upstream.name)
                 self.answered(reply.response_id)
                 if trace is not None:
                     trace.answered(reply.body)
@@ -479,12 +573,40 @@ class Turn:
             if not reply.choices:
                 break
             message, reason = reply.choices[0].message, reply.choices[0].finish_reason
+            message = restore_calls(message, forms, view.index)
             violations = validate(
                 message, None, view.tool_choice, finish_reason=reason, index=view.index
             )
             if not violations:
                 break
         return message, reason, violations, usages
+
+    async def _send_reask(
+        self, request: dict[str, Any], message: Message, violations: Sequence[Violation]
+    ) -> tuple[UpstreamResponse, Mapping[str, StrictForm]]:
+        """Send one re-ask: under `constrain`, as `plan_reask` plans it in the protocol's form,
+        and plainly where the upstream refuses that (counted as a `fallback` per violation).
+        Returns the response and the strict forms its answer was decoded under."""
+        constrain = (
+            self._pipeline.constrainer(self.upstream.name, self.protocol.api)
+            if self.repair is RepairMode.CONSTRAIN
+            else None
+        )
+        if constrain is None:
+            return await self.send(request), self._strict_first
+        plan = plan_reask(message, violations, self.view.index, self.view.tool_choice)
+        get_logger().debug("reask_constrained", upstream=self.upstream.name, **plan.to_dict())
+        try:
+            response = await self.send(constrain(request, plan))
+            return response, {**self._strict_first, **plan.strict}
+        except UpstreamStatusError as exc:
+            if not self._refused(exc):
+                raise
+        for violation in violations:
+            self._pipeline.metrics.repairs.labels(
+                self.model, violation.channel.value, "fallback", self.protocol.api
+            ).inc()
+        return await self.send(request), self._strict_first
 
     def _count(self, violations: Sequence[Violation]) -> None:
         self._found.extend(violations)

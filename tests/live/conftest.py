@@ -6,12 +6,13 @@ $TOOLSENTRY_VLLM_URL; without one every test here is skipped, with the commands 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import httpx
@@ -60,34 +61,47 @@ def vllm_url() -> str:
     return url
 
 
-@pytest.fixture(scope="session")
-def proxy_url(vllm_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A toolsentry proxy subprocess in front of vLLM; yields its root URL (no /v1)."""
-    # Look at the checkout itself: an editable install elsewhere could still resolve `proxy.cli`.
-    if not (ROOT / "proxy" / "cli.py").is_file():
-        pytest.skip(f"{ROOT / 'proxy' / 'cli.py'} does not exist, so there is no proxy to start")
+class ProxyNotReady(RuntimeError):
+    """The proxy subprocess exited or did not answer /readyz in time; the message has its log."""
+
+
+@contextlib.contextmanager
+def running_proxy(
+    upstream: str, log_path: Path, *args: str, env: Mapping[str, str] | None = None
+) -> Iterator[str]:
+    """A `toolsentry serve` subprocess in front of `upstream` (…/v1), with extra command-line
+    `args` and `env` over this process's environment; yields its root URL (no /v1).
+
+    Raises ProxyNotReady when it exits or is not ready within 60 s.
+    """
     port = free_port()
-    log_path = tmp_path_factory.mktemp("proxy") / "proxy.log"
     command = [
         sys.executable,
         "-m",
         "proxy.cli",
         "serve",
         "--upstream",
-        vllm_url,
+        upstream,
         "--port",
         str(port),
         "--host",
         "127.0.0.1",
+        *args,
     ]
     with log_path.open("wb") as log:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
             if process.poll() is not None:
-                pytest.fail(
+                raise ProxyNotReady(
                     f"the proxy exited with {process.returncode} before it was ready:\n"
                     + log_path.read_text(errors="replace")[-3000:]
                 )
@@ -97,7 +111,7 @@ def proxy_url(vllm_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(
+                raise ProxyNotReady(
                     "the proxy was not ready within 60 s:\n"
                     + log_path.read_text(errors="replace")[-3000:]
                 )
@@ -110,6 +124,20 @@ def proxy_url(vllm_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="session")
+def proxy_url(vllm_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A toolsentry proxy subprocess in front of vLLM; yields its root URL (no /v1)."""
+    # Look at the checkout itself: an editable install elsewhere could still resolve `proxy.cli`.
+    if not (ROOT / "proxy" / "cli.py").is_file():
+        pytest.skip(f"{ROOT / 'proxy' / 'cli.py'} does not exist, so there is no proxy to start")
+    log_path = tmp_path_factory.mktemp("proxy") / "proxy.log"
+    try:
+        with running_proxy(vllm_url, log_path) as url:
+            yield url
+    except ProxyNotReady as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture

@@ -77,10 +77,10 @@ def user_notes(added: list[dict[str, Any]]) -> list[str]:
 
 
 def test_repair_modes_and_unrepaired_policies_have_their_configuration_names() -> None:
-    assert [m.value for m in RepairMode] == ["off", "reask"]
+    assert [m.value for m in RepairMode] == ["off", "reask", "constrain"]
     assert [p.value for p in OnUnrepaired] == ["passthrough", "strip", "reject"]
     assert RepairMode("reask") is RepairMode.REASK
-    assert [m.reasks for m in RepairMode] == [False, True]
+    assert [m.reasks for m in RepairMode] == [False, True, True]
 
 
 # --- corrective_messages ---------------------------------------------------------------------------

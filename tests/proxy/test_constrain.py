@@ -1,0 +1,322 @@
+"""`repair: constrain` end to end: the real openai SDK → proxy (uvicorn) → scripted upstream,
+which records what each re-ask asked for."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from proxy.testing import Fault, completion, tool_call
+from tests.proxy.builders import RETAIL_TOOLS, make_request, make_tool
+from tests.proxy.conftest import RunningProxy, RunningUpstream
+from tests.proxy.metrics_text import metric
+
+VALID_CANCEL = tool_call("cancel_pending_order", {"order_id": "#W1", "reason": "no longer needed"})
+REFUSAL = Fault(
+    400,
+    {
+        "error": {
+            "message": "Unrecognized request argument supplied: strict",
+            "type": "BadRequestError",
+            "code": 400,
+        }
+    },
+)
+BILLS = make_tool(
+    "get_bills",
+    {"customer_id": {"type": "string"}, "limit": {"type": "integer"}},
+    ["customer_id"],
+    additional=None,
+)
+
+
+REPAIRS = {"model": "scripted-model", "channel": "schema_violation", "api": "chat"}
+
+
+def chat(
+    proxy: RunningProxy, session: str, request: dict[str, Any] | None = None, **headers: str
+) -> Any:
+    return proxy.client().chat.completions.with_raw_response.create(
+        **(request or make_request()), extra_headers={"x-session-id": session, **headers}
+    )
+
+
+def strict_tools(request: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The tools a request declared strict, by name, with the parameters it declared."""
+    return {
+        tool["function"]["name"]: tool["function"]["parameters"]
+        for tool in request.get("tools") or []
+        if tool["function"].get("strict") is True
+    }
+
+
+def named(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name}}
+
+
+@pytest.fixture
+def constrain(make_proxy: Callable[..., RunningProxy]) -> RunningProxy:
+    return make_proxy(repair="constrain")
+
+
+@pytest.mark.parametrize(
+    ("bad_call", "channel"),
+    [
+        (
+            tool_call("cancel_pendng_order", {"order_id": "#W1", "reason": "no longer needed"}),
+            "unknown_tool",
+        ),
+        (tool_call("cancel_pending_order", {"order_id": "#W1"}), "schema_violation"),
+        (
+            tool_call("cancel_pending_order", '{"order_id": "#W1", "reason": '),
+            "malformed_arguments",
+        ),
+    ],
+)
+def test_a_call_whose_tool_is_clear_is_reasked_naming_it_strict_and_alone(
+    constrain: RunningProxy, upstream: RunningUpstream, bad_call: dict[str, Any], channel: str
+) -> None:
+    upstream.script.push(completion(tool_calls=[bad_call]), completion(tool_calls=[VALID_CANCEL]))
+    raw = chat(constrain, f"s-{channel}")
+    assert raw.parse().choices[0].message.tool_calls[0].function.name == "cancel_pending_order"
+    assert raw.headers["x-toolsentry-violations"] == channel
+    assert raw.headers["x-toolsentry-repairs"] == "1"
+    first, reask = upstream.script.requests
+    assert "tool_choice" not in first
+    assert strict_tools(first) == {}
+    assert reask["tool_choice"] == named("cancel_pending_order")
+    assert reask["parallel_tool_calls"] is False
+    assert list(strict_tools(reask)) == ["cancel_pending_order"]
+    assert reask["messages"][-1]["role"] == "tool"  # the corrective text goes as before
+
+
+def test_a_truncated_call_is_reasked_naming_its_tool(
+    constrain: RunningProxy, upstream: RunningUpstream
+) -> None:
+    cut = completion(
+        tool_calls=[tool_call("get_order_details", '{"order_id": "#W')], finish_reason="length"
+    )
+    upstream.script.push(
+        cut, completion(tool_calls=[tool_call("get_order_details", {"order_id": "#W1"})])
+    )
+    raw = chat(constrain, "s-cut")
+    assert raw.headers["x-toolsentry-violations"] == "truncated"
+    assert upstream.script.requests[1]["tool_choice"] == named("get_order_details")
+
+
+@pytest.mark.parametrize(
+    ("first", "channel"),
+    [
+        (completion(tool_calls=[tool_call("refund_everything", {})]), "unknown_tool"),
+        (completion(""), "empty_response"),
+    ],
+)
+def test_an_unclear_intent_is_reasked_with_required_and_every_tool_strict(
+    constrain: RunningProxy, upstream: RunningUpstream, first: dict[str, Any], channel: str
+) -> None:
+    upstream.script.push(first, completion(tool_calls=[VALID_CANCEL]))
+    raw = chat(constrain, f"s-required-{channel}")
+    assert raw.headers["x-toolsentry-violations"] == channel
+    reask = upstream.script.requests[1]
+    assert reask["tool_choice"] == "required"
+    assert reask["parallel_tool_calls"] is False
+    assert set(strict_tools(reask)) == {t["function"]["name"] for t in RETAIL_TOOLS}
+    for parameters in strict_tools(reask).values():
+        assert parameters["additionalProperties"] is False
+        assert sorted(parameters["required"]) == sorted(parameters["properties"])
+
+
+def test_a_call_where_tool_choice_was_none_is_reasked_with_none(
+    constrain: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion(tool_calls=[VALID_CANCEL]), completion("Order #W1 is pending."))
+    raw = chat(constrain, "s-none", make_request(tool_choice="none"))
+    assert raw.parse().choices[0].message.content == "Order #W1 is pending."
+    reask = upstream.script.requests[1]
+    assert reask["tool_choice"] == "none"
+    assert strict_tools(reask) == {}
+
+
+def test_the_null_a_strict_answer_writes_for_an_optional_property_never_reaches_the_client(
+    constrain: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(
+        completion(tool_calls=[tool_call("get_bils", {"customer_id": "C1"})]),
+        completion(tool_calls=[tool_call("get_bills", {"customer_id": "C1", "limit": None})]),
+    )
+    raw = chat(constrain, "s-restore", make_request(tools=[BILLS]))
+    call = raw.parse().choices[0].message.tool_calls[0]
+    assert json.loads(call.function.arguments) == {"customer_id": "C1"}
+    assert raw.headers["x-toolsentry-repairs"] == "1"
+    declared = strict_tools(upstream.script.requests[1])["get_bills"]
+    assert declared["required"] == ["customer_id", "limit"]
+
+
+def test_a_streamed_request_is_reasked_constrained_and_streams_the_repaired_call(
+    constrain: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(
+        completion(tool_calls=[tool_call("cancel_pending_order", {"order_id": "#W1"})]),
+        completion(tool_calls=[VALID_CANCEL]),
+    )
+    with constrain.client().chat.completions.create(
+        **make_request(), stream=True, extra_headers={"x-session-id": "s-stream"}
+    ) as stream:
+        arguments = "".join(
+            part.function.arguments or ""
+            for chunk in stream
+            for choice in chunk.choices
+            for part in choice.delta.tool_calls or []
+            if part.function is not None
+        )
+    assert json.loads(arguments) == {"order_id": "#W1", "reason": "no longer needed"}
+    assert upstream.script.requests[1]["tool_choice"] == named("cancel_pending_order")
+    assert not upstream.script.requests[1].get("stream")
+
+
+def test_an_upstream_that_refuses_the_fields_gets_a_plain_reask_now_and_from_then_on(
+    constrain: RunningProxy, upstream: RunningUpstream, log: Any
+) -> None:
+    def without_structured_outputs(request: dict[str, Any]) -> Any:
+        if strict_tools(request) or request.get("tool_choice") not in (None, "auto"):
+            return REFUSAL
+        if len(request["messages"]) == 2:  # the client's own request
+            return completion(tool_calls=[tool_call("cancel_pending_order", {"order_id": "#W1"})])
+        return completion(tool_calls=[VALID_CANCEL])
+
+    upstream.script.handler = without_structured_outputs
+    raw = chat(constrain, "s-fallback")
+    assert raw.parse().choices[0].message.tool_calls[0].function.name == "cancel_pending_order"
+    assert raw.headers["x-toolsentry-repairs"] == "1"
+    assert raw.headers["x-toolsentry-errors"] == "0"
+    _first, refused, plain = upstream.script.requests
+    assert refused["tool_choice"] == named("cancel_pending_order")
+    assert "tool_choice" not in plain
+    assert strict_tools(plain) == {}
+    assert plain["messages"] == refused["messages"]  # the same corrective re-ask, plain
+    text = constrain.metrics()
+    assert metric(text, "toolsentry_repairs_total", **REPAIRS, result="fallback") == 1
+    assert metric(text, "toolsentry_repairs_total", **REPAIRS, result="success") == 1
+    assert "structured_outputs_refused" in log.getvalue()
+    assert constrain.session("s-fallback")["errors"] == 0  # a refusal is not the upstream failing
+
+    # remembered: the next re-ask to this upstream goes plain at once
+    chat(constrain, "s-fallback-2")
+    assert len(upstream.script.requests) == 5
+    assert strict_tools(upstream.script.requests[4]) == {}
+    text = constrain.metrics()
+    assert metric(text, "toolsentry_repairs_total", **REPAIRS, result="fallback") == 1
+
+
+def test_structured_outputs_off_makes_constrain_a_plain_reask(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    proxy = make_proxy(
+        repair="constrain",
+        upstreams=[{"name": "s", "base_url": upstream.base_url, "structured_outputs": "off"}],
+    )
+    upstream.script.push(
+        completion(tool_calls=[tool_call("cancel_order", {})]),
+        completion(tool_calls=[VALID_CANCEL]),
+    )
+    raw = chat(proxy, "s-so-off")
+    assert raw.headers["x-toolsentry-repairs"] == "1"
+    assert "tool_choice" not in upstream.script.requests[1]
+    assert strict_tools(upstream.script.requests[1]) == {}
+
+
+def test_structured_outputs_on_does_not_fall_back_when_the_upstream_refuses(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    proxy = make_proxy(
+        repair="constrain",
+        upstreams=[{"name": "s", "base_url": upstream.base_url, "structured_outputs": "on"}],
+    )
+    upstream.script.push(completion(tool_calls=[tool_call("cancel_order", {})]), REFUSAL)
+    raw = chat(proxy, "s-so-on")
+    # the re-ask failed: the client gets the original failure, counted against its budget
+    assert raw.parse().choices[0].message.tool_calls[0].function.name == "cancel_order"
+    assert raw.headers["x-toolsentry-errors"] == "1"
+    assert len(upstream.script.requests) == 2
+
+
+def test_a_request_header_asks_for_constrain_when_overrides_are_allowed(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    upstream.script.push(
+        completion(tool_calls=[tool_call("cancel_order", {})]),
+        completion(tool_calls=[VALID_CANCEL]),
+    )
+    chat(proxy, "s-hdr", **{"x-toolsentry-repair": "constrain"})
+    assert upstream.script.requests[1]["tool_choice"] == "required"
+    chat(proxy, "s-hdr-reask")  # the configured reask stays plain
+    assert "tool_choice" not in upstream.script.requests[-1]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_enforce_strict_marks_the_clients_tools_strict_on_the_first_attempt_only(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream, stream: bool
+) -> None:
+    proxy = make_proxy(enforce_strict=True)
+    upstream.script.push(
+        completion(tool_calls=[tool_call("get_bills", {"customer_id": "C1", "limit": None})])
+    )
+    request = make_request(tools=[BILLS, *RETAIL_TOOLS], tool_choice="auto")
+    client = proxy.client()
+    if stream:
+        with client.chat.completions.create(**request, stream=True) as events:
+            arguments = "".join(
+                part.function.arguments or ""
+                for chunk in events
+                for choice in chunk.choices
+                for part in choice.delta.tool_calls or []
+                if part.function is not None
+            )
+    else:
+        arguments = (
+            client.chat.completions.create(**request)
+            .choices[0]
+            .message.tool_calls[0]
+            .function.arguments
+        )
+    assert json.loads(arguments) == {"customer_id": "C1"}  # the placeholder null is gone
+    (sent,) = upstream.script.requests
+    assert sent["tool_choice"] == "auto"  # the client's choice, unchanged
+    assert set(strict_tools(sent)) == {"get_bills", *(t["function"]["name"] for t in RETAIL_TOOLS)}
+    assert "parallel_tool_calls" not in sent
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_enforce_strict_refused_sends_the_clients_own_request_and_remembers(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream, stream: bool
+) -> None:
+    proxy = make_proxy(enforce_strict=True)
+
+    def without_structured_outputs(request: dict[str, Any]) -> Any:
+        return REFUSAL if strict_tools(request) else completion(tool_calls=[VALID_CANCEL])
+
+    upstream.script.handler = without_structured_outputs
+    request = make_request()
+    client = proxy.client()
+    for _ in range(2):
+        if stream:
+            with client.chat.completions.create(**request, stream=True) as events:
+                names = [
+                    part.function.name
+                    for chunk in events
+                    for choice in chunk.choices
+                    for part in choice.delta.tool_calls or []
+                    if part.function is not None and part.function.name
+                ]
+        else:
+            message = client.chat.completions.create(**request).choices[0].message
+            names = [call.function.name for call in message.tool_calls or []]
+        assert names == ["cancel_pending_order"]
+    refused, plain, second = upstream.script.requests
+    assert set(strict_tools(refused)) == {t["function"]["name"] for t in RETAIL_TOOLS}
+    assert strict_tools(plain) == {}
+    assert plain["tools"] == RETAIL_TOOLS  # the client's tools as it declared them
+    assert strict_tools(second) == {}  # remembered: no second refusal
