@@ -40,19 +40,42 @@ def chat(body: dict[str, Any], plan: ReaskPlan) -> dict[str, Any]:
 
 
 def responses(body: dict[str, Any], plan: ReaskPlan) -> dict[str, Any]:
-    """A Responses request asking for what `plan` says (flat function tools only are marked)."""
+    """A Responses request asking for what `plan` says.
+
+    A function inside a `namespace` tool (the guard's `namespace.name`) is marked strict inside
+    its namespace; a plan naming one asks for `required` instead, since servers spell a
+    namespaced function in `tool_choice` their own way (vLLM: `namespace__name`).
+    """
     out = dict(body)
+    tools = out.get("tools")
+    tools = tools if isinstance(tools, list) else []
     name = plan.named
-    if name is not None:
+    flat = {t.get("name") for t in tools if isinstance(t, dict) and t.get("type") == "function"}
+    if name is not None and name in flat:
         out["tool_choice"] = {"type": "function", "name": name}
+    elif name is not None:
+        out["tool_choice"] = "required"
     elif plan.tool_choice is not None:
         out["tool_choice"] = plan.tool_choice
-    tools = out.get("tools")
-    if plan.strict and isinstance(tools, list):
-        out["tools"] = [_strict_flat(tool, plan.strict, "parameters") for tool in tools]
+    if plan.strict and tools:
+        out["tools"] = [_strict_responses_tool(tool, plan.strict) for tool in tools]
     if plan.single_call:
         out["parallel_tool_calls"] = False
     return out
+
+
+def _strict_responses_tool(tool: object, forms: Mapping[str, StrictForm]) -> object:
+    if not isinstance(tool, dict) or tool.get("type") != "namespace":
+        return _strict_flat(tool, forms, "parameters")
+    namespace, inner = tool.get("name"), tool.get("tools")
+    if not isinstance(namespace, str) or not isinstance(inner, list):
+        return tool
+    prefixed = {
+        name.removeprefix(f"{namespace}."): form
+        for name, form in forms.items()
+        if name.startswith(f"{namespace}.")
+    }
+    return {**tool, "tools": [_strict_flat(part, prefixed, "parameters") for part in inner]}
 
 
 def messages(body: dict[str, Any], plan: ReaskPlan) -> dict[str, Any]:

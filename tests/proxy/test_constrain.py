@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from proxy.testing import Fault, completion, tool_call
+from proxy.testing import Fault, answer, call, completion, tool_call
 from tests.proxy.builders import RETAIL_TOOLS, make_request, make_tool
 from tests.proxy.conftest import RunningProxy, RunningUpstream
 from tests.proxy.metrics_text import metric
@@ -320,3 +320,34 @@ def test_enforce_strict_refused_sends_the_clients_own_request_and_remembers(
     assert strict_tools(plain) == {}
     assert plain["tools"] == RETAIL_TOOLS  # the client's tools as it declared them
     assert strict_tools(second) == {}  # remembered: no second refusal
+
+
+def test_a_responses_reask_asks_in_the_responses_form(
+    constrain: RunningProxy, upstream: RunningUpstream
+) -> None:
+    tools = [
+        {
+            "type": "function",
+            "name": t["function"]["name"],
+            "parameters": t["function"]["parameters"],
+        }
+        for t in RETAIL_TOOLS
+    ] + [{"type": "web_search"}]
+    upstream.script.push(
+        answer(None, call("cancel_pending_order", {"order_id": "#W1"}, id="call_bad")),
+        answer(
+            None, call("cancel_pending_order", {"order_id": "#W1", "reason": "no longer needed"})
+        ),
+    )
+    reply = constrain.client().responses.create(
+        model="scripted-model", input="Cancel order #W1 please.", tools=tools
+    )
+    assert [item.name for item in reply.output if item.type == "function_call"] == [
+        "cancel_pending_order"
+    ]
+    reask = upstream.script.requests[1]
+    assert reask["tool_choice"] == {"type": "function", "name": "cancel_pending_order"}
+    assert reask["parallel_tool_calls"] is False
+    strict = [t["name"] for t in reask["tools"] if t.get("strict") is True]
+    assert strict == ["cancel_pending_order"]
+    assert reask["tools"][-1] == {"type": "web_search"}

@@ -87,6 +87,37 @@ def test_responses_names_a_function_its_own_way_and_leaves_built_in_tools_alone(
     assert constrain.responses(responses_body(), REQUIRED)["tool_choice"] == "required"
 
 
+def test_responses_marks_a_namespaced_function_inside_its_namespace_and_asks_required_for_it() -> (
+    None
+):
+    body = {
+        "model": "m",
+        "input": "hi",
+        "tools": [
+            {
+                "type": "namespace",
+                "name": "agents",
+                "tools": [{"type": "function", "name": "spawn", "parameters": SCHEMA}],
+            },
+        ],
+    }
+    plan = ReaskPlan(
+        {"type": "function", "function": {"name": "agents.spawn"}},
+        "clear",
+        {"agents.spawn": STRICT},
+        single_call=True,
+    )
+    out = constrain.responses(body, plan)
+    assert out["tool_choice"] == "required"
+    (namespace,) = out["tools"]
+    assert namespace["tools"][0] == {
+        "type": "function",
+        "name": "spawn",
+        "parameters": STRICT.schema,
+        "strict": True,
+    }
+
+
 @pytest.mark.parametrize(
     ("plan", "choice"),
     [
