@@ -4,7 +4,7 @@ which records what each re-ask asked for."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -51,6 +51,17 @@ def strict_tools(request: dict[str, Any]) -> dict[str, dict[str, Any]]:
         for tool in request.get("tools") or []
         if tool["function"].get("strict") is True
     }
+
+
+def streamed_calls(stream: Iterable[Any]) -> list[Any]:
+    """The tool-call deltas of a chat stream, in order."""
+    return [
+        part
+        for chunk in stream
+        for choice in chunk.choices
+        for part in choice.delta.tool_calls or []
+        if part.function is not None
+    ]
 
 
 def named(name: str) -> dict[str, Any]:
@@ -165,13 +176,7 @@ def test_a_streamed_request_is_reasked_constrained_and_streams_the_repaired_call
     with constrain.client().chat.completions.create(
         **make_request(), stream=True, extra_headers={"x-session-id": "s-stream"}
     ) as stream:
-        arguments = "".join(
-            part.function.arguments or ""
-            for chunk in stream
-            for choice in chunk.choices
-            for part in choice.delta.tool_calls or []
-            if part.function is not None
-        )
+        arguments = "".join(part.function.arguments or "" for part in streamed_calls(stream))
     assert json.loads(arguments) == {"order_id": "#W1", "reason": "no longer needed"}
     assert upstream.script.requests[1]["tool_choice"] == named("cancel_pending_order")
     assert not upstream.script.requests[1].get("stream")
@@ -268,13 +273,7 @@ def test_enforce_strict_marks_the_clients_tools_strict_on_the_first_attempt_only
     client = proxy.client()
     if stream:
         with client.chat.completions.create(**request, stream=True) as events:
-            arguments = "".join(
-                part.function.arguments or ""
-                for chunk in events
-                for choice in chunk.choices
-                for part in choice.delta.tool_calls or []
-                if part.function is not None
-            )
+            arguments = "".join(part.function.arguments or "" for part in streamed_calls(events))
     else:
         arguments = (
             client.chat.completions.create(**request)
@@ -304,13 +303,7 @@ def test_enforce_strict_refused_sends_the_clients_own_request_and_remembers(
     for _ in range(2):
         if stream:
             with client.chat.completions.create(**request, stream=True) as events:
-                names = [
-                    part.function.name
-                    for chunk in events
-                    for choice in chunk.choices
-                    for part in choice.delta.tool_calls or []
-                    if part.function is not None and part.function.name
-                ]
+                names = [p.function.name for p in streamed_calls(events) if p.function.name]
         else:
             message = client.chat.completions.create(**request).choices[0].message
             names = [call.function.name for call in message.tool_calls or []]
