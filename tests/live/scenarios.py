@@ -180,10 +180,6 @@ PROMPTS = [
 ]
 
 
-MODES = [("auto", False), ("required", False), ("named", True), ("auto", True)]
-"""The live suite's (tool_choice, stream) pairs every prompt is sent with."""
-
-
 def tool_choice_for(prompt: Prompt, choice: str) -> str | dict[str, Any]:
     """`auto`, `required`, or `named` (the prompt's forced tool) as a request's tool_choice."""
     if choice == "named":
