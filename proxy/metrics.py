@@ -12,6 +12,7 @@ it, sums them all. One process keeps its values in memory, as fast as plain coun
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import (
@@ -49,6 +50,93 @@ _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
+@dataclass(frozen=True)
+class Family:
+    """A metric family as /metrics shows it: its name (a counter's samples add `_total`), its help
+    line, its label names in the order `labels()` takes them, and a histogram's buckets."""
+
+    name: str
+    help: str
+    labels: tuple[str, ...]
+    buckets: tuple[float, ...] = ()
+
+    def counter(self, registry: CollectorRegistry | None) -> PromCounter:
+        return PromCounter(self.name, self.help, self.labels, registry=registry)
+
+    def histogram(self, registry: CollectorRegistry | None) -> Histogram:
+        return Histogram(self.name, self.help, self.labels, buckets=self.buckets, registry=registry)
+
+
+# Every family the proxy exposes. The dashboard, the alert rules and the tests read these names
+# and labels: a change here is a change of the proxy's interface (DESIGN §9).
+REQUESTS = Family(
+    "toolsentry_requests",
+    "Requests to the turn routes by final status (499: a streaming client went away).",
+    ("model", "status", "api"),
+)
+TOOL_CALLS = Family(
+    "toolsentry_tool_calls",
+    "Tool calls delivered to clients, by outcome (valid, repaired, invalid, stripped).",
+    ("model", "outcome", "api"),
+)
+VIOLATIONS = Family(
+    "toolsentry_violations", "Violations found, by channel.", ("model", "channel", "api")
+)
+LEAKED_CALLS = Family(
+    "toolsentry_leaked_calls",
+    "Tool calls written as text instead of made, by wire format and where (content or reasoning).",
+    ("model", "format", "where"),
+)
+REPAIRS = Family(
+    "toolsentry_repairs",
+    "Repair outcomes per violation channel (result: success or failure).",
+    ("model", "channel", "result", "api"),
+)
+TRACE_SPANS_DROPPED = Family(
+    "toolsentry_trace_spans_dropped",
+    "Trace spans not delivered to the OTLP endpoint (reason: queue_full, export_failed).",
+    ("reason",),
+)
+BUDGET_EXHAUSTED = Family(
+    "toolsentry_budget_exhausted",
+    "Requests refused or finished because the session's error budget was spent.",
+    ("model", "api"),
+)
+UPSTREAM_SECONDS = Family(
+    "toolsentry_upstream_seconds",
+    "Time spent waiting for upstreams, all attempts of a request together.",
+    ("model", "api"),
+    _LATENCY_BUCKETS,
+)
+OVERHEAD_SECONDS = Family(
+    "toolsentry_overhead_seconds",
+    "Time the proxy added: total minus upstream wait.",
+    ("model", "api"),
+    _OVERHEAD_BUCKETS,
+)
+SHADOW_PAIRS = Family(
+    "toolsentry_shadow_pairs",
+    "Shadow pairs by outcome (agree, diverge, primary_only, reference_only, both).",
+    ("model", "reference", "outcome", "api"),
+)
+SHADOW_FAILURES = Family(
+    "toolsentry_shadow_failures",
+    "Shadowed answers that failed in a channel, per side (primary or reference).",
+    ("model", "reference", "side", "channel", "api"),
+)
+SHADOW_DROPPED = Family(
+    "toolsentry_shadow_dropped",
+    "Shadow pairs dropped because max_in_flight shadow requests were running.",
+    ("model", "reference", "api"),
+)
+SHADOW_ERRORS = Family(
+    "toolsentry_shadow_errors",
+    "Shadow requests without a usable reference answer, by kind (timeout, connect, "
+    "status_N, invalid_answer, upstream, store).",
+    ("model", "reference", "kind", "api"),
+)
+
+
 class Metrics:
     """The proxy's metric families, on a registry of their own (one per app, so tests can count).
 
@@ -78,62 +166,15 @@ class Metrics:
         else:
             self.registry = registry or CollectorRegistry(auto_describe=True)
             r = self.registry
-        self.requests = PromCounter(
-            "toolsentry_requests",
-            "Requests to the turn routes by final status (499: a streaming client went away).",
-            ["model", "status", "api"],
-            registry=r,
-        )
-        self.tool_calls = PromCounter(
-            "toolsentry_tool_calls",
-            "Tool calls delivered to clients, by outcome (valid, repaired, invalid, stripped).",
-            ["model", "outcome", "api"],
-            registry=r,
-        )
-        self.violations = PromCounter(
-            "toolsentry_violations",
-            "Violations found, by channel.",
-            ["model", "channel", "api"],
-            registry=r,
-        )
-        self.leaked_calls = PromCounter(
-            "toolsentry_leaked_calls",
-            "Tool calls written as text instead of made, by wire format and where (content or reasoning).",
-            ["model", "format", "where"],
-            registry=r,
-        )
-        self.repairs = PromCounter(
-            "toolsentry_repairs",
-            "Repair outcomes per violation channel (result: success or failure).",
-            ["model", "channel", "result", "api"],
-            registry=r,
-        )
-        self.trace_spans_dropped = PromCounter(
-            "toolsentry_trace_spans_dropped",
-            "Trace spans not delivered to the OTLP endpoint (reason: queue_full, export_failed).",
-            ["reason"],
-            registry=r,
-        )
-        self.budget_exhausted = PromCounter(
-            "toolsentry_budget_exhausted",
-            "Requests refused or finished because the session's error budget was spent.",
-            ["model", "api"],
-            registry=r,
-        )
-        self.upstream_seconds = Histogram(
-            "toolsentry_upstream_seconds",
-            "Time spent waiting for upstreams, all attempts of a request together.",
-            ["model", "api"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.overhead_seconds = Histogram(
-            "toolsentry_overhead_seconds",
-            "Time the proxy added: total minus upstream wait.",
-            ["model", "api"],
-            buckets=_OVERHEAD_BUCKETS,
-            registry=r,
-        )
+        self.requests = REQUESTS.counter(r)
+        self.tool_calls = TOOL_CALLS.counter(r)
+        self.violations = VIOLATIONS.counter(r)
+        self.leaked_calls = LEAKED_CALLS.counter(r)
+        self.repairs = REPAIRS.counter(r)
+        self.trace_spans_dropped = TRACE_SPANS_DROPPED.counter(r)
+        self.budget_exhausted = BUDGET_EXHAUSTED.counter(r)
+        self.upstream_seconds = UPSTREAM_SECONDS.histogram(r)
+        self.overhead_seconds = OVERHEAD_SECONDS.histogram(r)
         self._models: dict[tuple[str, str], ModelSeries] = {}
 
     def for_model(self, model: str, api: str) -> ModelSeries:
@@ -240,28 +281,7 @@ class ShadowMetrics:
 
     def __init__(self, metrics: Metrics) -> None:
         r = None if metrics.multiprocess_dir is not None else metrics.registry
-        self.pairs = PromCounter(
-            "toolsentry_shadow_pairs",
-            "Shadow pairs by outcome (agree, diverge, primary_only, reference_only, both).",
-            ["model", "reference", "outcome", "api"],
-            registry=r,
-        )
-        self.failures = PromCounter(
-            "toolsentry_shadow_failures",
-            "Shadowed answers that failed in a channel, per side (primary or reference).",
-            ["model", "reference", "side", "channel", "api"],
-            registry=r,
-        )
-        self.dropped = PromCounter(
-            "toolsentry_shadow_dropped",
-            "Shadow pairs dropped because max_in_flight shadow requests were running.",
-            ["model", "reference", "api"],
-            registry=r,
-        )
-        self.errors = PromCounter(
-            "toolsentry_shadow_errors",
-            "Shadow requests without a usable reference answer, by kind (timeout, connect, "
-            "status_N, invalid_answer, upstream, store).",
-            ["model", "reference", "kind", "api"],
-            registry=r,
-        )
+        self.pairs = SHADOW_PAIRS.counter(r)
+        self.failures = SHADOW_FAILURES.counter(r)
+        self.dropped = SHADOW_DROPPED.counter(r)
+        self.errors = SHADOW_ERRORS.counter(r)
