@@ -8,6 +8,7 @@ import json
 import socket
 import string
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -62,7 +63,7 @@ def assert_openai_error(response: httpx.Response, status: int, mentions: str) ->
     assert mentions in error["message"]
 
 
-# -- generated bodies ----------------------------------------------------------------------------
+# -- generated chat bodies -----------------------------------------------------------------------
 
 json_values = st.recursive(
     st.none()
@@ -135,38 +136,6 @@ hostile_headers = st.fixed_dictionaries(
         "x-toolsentry-repair": header_text,
     },
 )
-
-
-def test_generated_chat_bodies_never_get_a_5xx_from_the_proxy(
-    make_proxy: Callable[..., RunningProxy], echoing: RunningUpstream
-) -> None:
-    proxy = make_proxy(max_reasks=1)
-    with proxy.http() as http:
-
-        @EXAMPLES
-        @given(body=chat_bodies, headers=hostile_headers)
-        def check(body: dict[str, Any], headers: dict[str, str]) -> None:
-            response = http.post("/v1/chat/completions", json=body, headers=headers)
-            assert_not_a_proxy_failure(response)
-
-        check()
-
-
-def test_generated_raw_bytes_never_get_a_5xx_from_the_proxy(
-    proxy: RunningProxy, echoing: RunningUpstream
-) -> None:
-    with proxy.http() as http:
-
-        @EXAMPLES
-        # stdlib json: it writes integers of any size, which orjson refuses to.
-        @given(raw=st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()))
-        def check(raw: bytes) -> None:
-            response = http.post(
-                "/v1/chat/completions", content=raw, headers={"content-type": "application/json"}
-            )
-            assert_not_a_proxy_failure(response)
-
-        check()
 
 
 # -- limits --------------------------------------------------------------------------------------
@@ -350,39 +319,6 @@ responses_bodies = st.fixed_dictionaries(
 )
 
 
-def test_generated_responses_bodies_never_get_a_5xx_from_the_proxy(
-    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
-) -> None:
-    upstream.script.handler = echo_first_responses_tool
-    proxy = make_proxy(max_reasks=1)
-    with proxy.http() as http:
-
-        @EXAMPLES
-        @given(body=responses_bodies, headers=hostile_headers)
-        def check(body: dict[str, Any], headers: dict[str, str]) -> None:
-            response = http.post("/v1/responses", json=body, headers=headers)
-            assert_not_a_proxy_failure(response)
-
-        check()
-
-
-def test_generated_raw_bytes_on_the_responses_route_never_get_a_5xx(
-    proxy: RunningProxy, upstream: RunningUpstream
-) -> None:
-    upstream.script.handler = echo_first_responses_tool
-    with proxy.http() as http:
-
-        @EXAMPLES
-        @given(raw=st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()))
-        def check(raw: bytes) -> None:
-            response = http.post(
-                "/v1/responses", content=raw, headers={"content-type": "application/json"}
-            )
-            assert_not_a_proxy_failure(response)
-
-        check()
-
-
 # -- the Messages API ------------------------------------------------------------------------------
 
 
@@ -456,34 +392,83 @@ messages_bodies = st.fixed_dictionaries(
 )
 
 
-def test_generated_messages_bodies_never_get_a_5xx_from_the_proxy(
-    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+# -- every protocol: generated bodies and raw bytes ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Wire:
+    """A protocol's route, the bodies generated for it, the upstream that answers them, and the
+    check that an answer is no failure of the proxy's, in the protocol's own error shape."""
+
+    route: str
+    bodies: st.SearchStrategy[dict[str, Any]]
+    upstream: Callable[[dict[str, Any]], Any]
+    assert_not_a_failure: Callable[[httpx.Response], None]
+    client_route: str = ""  # where generated bodies go, when the protocol's clients add a query
+
+    @property
+    def bodies_route(self) -> str:
+        return self.client_route or self.route
+
+
+WIRES = [
+    pytest.param(
+        Wire("/v1/chat/completions", chat_bodies, echo_first_tool, assert_not_a_proxy_failure),
+        id="chat",
+    ),
+    pytest.param(
+        Wire(
+            "/v1/responses",
+            responses_bodies,
+            echo_first_responses_tool,
+            assert_not_a_proxy_failure,
+        ),
+        id="responses",
+    ),
+    pytest.param(
+        Wire(
+            "/v1/messages",
+            messages_bodies,
+            echo_first_messages_tool,
+            assert_not_a_messages_failure,
+            client_route="/v1/messages?beta=true",  # as Claude Code sends it
+        ),
+        id="messages",
+    ),
+]
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_generated_bodies_never_get_a_5xx_from_the_proxy(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream, wire: Wire
 ) -> None:
-    upstream.script.handler = echo_first_messages_tool
+    upstream.script.handler = wire.upstream
     proxy = make_proxy(max_reasks=1)
     with proxy.http() as http:
 
         @EXAMPLES
-        @given(body=messages_bodies, headers=hostile_headers)
+        @given(body=wire.bodies, headers=hostile_headers)
         def check(body: dict[str, Any], headers: dict[str, str]) -> None:
-            response = http.post("/v1/messages?beta=true", json=body, headers=headers)
-            assert_not_a_messages_failure(response)
+            response = http.post(wire.bodies_route, json=body, headers=headers)
+            wire.assert_not_a_failure(response)
 
         check()
 
 
-def test_generated_raw_bytes_on_the_messages_route_never_get_a_5xx(
-    proxy: RunningProxy, upstream: RunningUpstream
+@pytest.mark.parametrize("wire", WIRES)
+def test_generated_raw_bytes_never_get_a_5xx_from_the_proxy(
+    proxy: RunningProxy, upstream: RunningUpstream, wire: Wire
 ) -> None:
-    upstream.script.handler = echo_first_messages_tool
+    upstream.script.handler = wire.upstream
     with proxy.http() as http:
 
         @EXAMPLES
+        # stdlib json: it writes integers of any size, which orjson refuses to.
         @given(raw=st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()))
         def check(raw: bytes) -> None:
             response = http.post(
-                "/v1/messages", content=raw, headers={"content-type": "application/json"}
+                wire.route, content=raw, headers={"content-type": "application/json"}
             )
-            assert_not_a_messages_failure(response)
+            wire.assert_not_a_failure(response)
 
         check()
