@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 from fastapi import FastAPI
 
+from bench.asgi import Driver
 from bench.fake_upstream import completion
 from bench.overhead import request_body
 from proxy.chatbody import ChatBodyParser
@@ -63,57 +64,20 @@ def app_request_us(raw: bytes, loops: int, repeat: int) -> tuple[float, float]:
         Settings(upstreams=[{"name": "stub", "base_url": "http://stub/v1"}]),
         upstreams=[StubUpstream()],  # type: ignore[list-item]
     )
-    headers = [
-        (b"host", b"127.0.0.1"),
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(raw)).encode()),
-    ]
-    statuses: list[int] = []
-
-    async def one() -> None:
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": "/v1/chat/completions",
-            "raw_path": b"/v1/chat/completions",
-            "root_path": "",
-            "query_string": b"",
-            "headers": headers,
-            "client": ("127.0.0.1", 40000),
-            "server": ("127.0.0.1", 8000),
-            "state": {},
-        }
-        sent = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal sent
-            if sent:
-                return {"type": "http.disconnect"}
-            sent = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-
-        async def send(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                statuses.append(message["status"])
-
-        await app(scope, receive, send)
+    driver = Driver(app, raw)
 
     async def run() -> tuple[float, float]:
-        await one()
+        await driver.request()
         samples = []
         for _ in range(repeat):
             start = time.process_time_ns()
             for _ in range(loops):
-                await one()
+                await driver.request()
             samples.append((time.process_time_ns() - start) / loops / 1000)
         return min(samples), statistics.median(samples)
 
     result = uvloop.run(run())
-    if set(statuses) != {200}:
-        raise RuntimeError(f"the app answered {sorted(set(statuses))}, not 200")
+    driver.check()
     return result
 
 

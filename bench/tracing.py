@@ -1,12 +1,13 @@
-"""What tracing costs the proxy: CPU per chat request with tracing off, on, and on the code before.
+"""What tracing costs the proxy: CPU and wall p50 per chat request with tracing off, on, and on the code before.
 
-Each arm is a fresh process that drives the proxy's ASGI app in-process, with the real aiohttp
-upstream client, against `bench.fake_upstream` in a process of its own; with tracing on, the
-real OTLP/HTTP exporter sends to a receiver in a third process that decodes nothing. The figure
-is CPU time of the proxy's process per request (`time.process_time`, every thread: the batch
-exporter's thread is counted too) and wall time per request at concurrency 1. Arms alternate
-round by round, so a noisy neighbour lands on all of them; the table gives medians over rounds
-with their min–max, and ratios against tracing off.
+Each arm is a fresh process that drives the proxy's ASGI app in-process (`bench.asgi.Driver`, the
+driver bench.hotpath uses too), with the real aiohttp upstream client, against
+`bench.fake_upstream` in a process of its own; with tracing on, the proxy's OTLP/HTTP exporter
+sends to a receiver in a third process that decodes nothing. The figures are CPU time of the
+proxy's process per request (`time.process_time`, every thread: the exporter's thread is counted
+too) and the median wall time of a request at concurrency 1. Arms alternate round by round, so a
+noisy neighbour lands on all of them; the table gives medians over rounds with their min–max,
+and what tracing on adds beside off (and off beside the commit before).
 
     python -m bench.tracing [--rounds 5] [--requests 1500] [--baseline REV]
 
@@ -17,7 +18,6 @@ against it says what the hooks cost when nothing is traced. Results: bench/resul
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import socket
@@ -31,6 +31,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from bench.overhead import load_average, machine
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "tracing.md"
@@ -77,9 +79,10 @@ def process(*argv: str, port: int, env: dict[str, str] | None = None) -> Iterato
 
 
 def measure(upstream_port: int, endpoint: str | None, requests: int) -> dict[str, float]:
-    """In this process: CPU and wall µs per request through a fresh app (the child's job)."""
+    """In this process: CPU µs per request and the wall p50 through a fresh app (the child's job)."""
     import uvloop
 
+    from bench.asgi import Driver
     from bench.overhead import request_body
     from proxy.app import create_app
     from proxy.config import Settings
@@ -93,55 +96,23 @@ def measure(upstream_port: int, endpoint: str | None, requests: int) -> dict[str
         app = create_app(Settings(**settings), environ={})
     except Exception as exc:  # the baseline has no otlp_endpoint setting: off is all it has
         raise SystemExit(f"cannot build the app: {exc}") from exc
-    raw = request_body()
-    headers = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")]
-    headers.append((b"content-length", str(len(raw)).encode()))
-    statuses: list[int] = []
-
-    async def one() -> None:
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": "/v1/chat/completions",
-            "raw_path": b"/v1/chat/completions",
-            "root_path": "",
-            "query_string": b"",
-            "headers": headers,
-            "client": ("127.0.0.1", 40000),
-            "server": ("127.0.0.1", 8000),
-            "state": {},
-        }
-        sent = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal sent
-            if sent:
-                await asyncio.sleep(3600)
-            sent = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-
-        async def send(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                statuses.append(message["status"])
-
-        await app(scope, receive, send)
+    driver = Driver(app, request_body())
 
     async def run() -> dict[str, float]:
+        walls: list[float] = []
         async with app.router.lifespan_context(app):
             for _ in range(200):  # warm: pool connections, caches, the exporter's thread
-                await one()
-            cpu, wall = time.process_time(), time.perf_counter()
+                await driver.request()
+            cpu = time.process_time()
             for _ in range(requests):
-                await one()
-            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-        return {"cpu_us": cpu / requests * 1e6, "wall_us": wall / requests * 1e6}
+                start = time.perf_counter()
+                await driver.request()
+                walls.append(time.perf_counter() - start)
+            cpu = time.process_time() - cpu
+        return {"cpu_us": cpu / requests * 1e6, "wall_p50_us": statistics.median(walls) * 1e6}
 
     result = uvloop.run(run())
-    if set(statuses) != {200}:
-        raise SystemExit(f"the app answered {sorted(set(statuses))}, not 200")
+    driver.check()
     return result
 
 
@@ -160,24 +131,41 @@ def run_arm(
         argv += ["--endpoint", endpoint]
     out = subprocess.run(argv, env=env, cwd=tree, check=True, capture_output=True, text=True)
     figures: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"  {name:<22} {figures['cpu_us']:8.1f} µs CPU  {figures['wall_us']:8.1f} µs wall")
+    print(
+        f"  {name:<22} {figures['cpu_us']:8.1f} µs CPU  {figures['wall_p50_us']:8.1f} µs wall p50"
+    )
     return figures
 
 
-def summarise(samples: dict[str, list[dict[str, float]]]) -> list[str]:
-    off = samples["tracing off"]
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f} ({min(values):.1f}–{max(values):.1f})"
+
+
+def summarise(samples: dict[str, list[dict[str, float]]], before: str | None) -> list[str]:
+    """The table: each arm's medians over rounds (min–max), and what each costs beside the
+    arm it adds to (on beside off, off beside the commit before)."""
+    med = {
+        name: {k: statistics.median(r[k] for r in rows) for k in ("cpu_us", "wall_p50_us")}
+        for name, rows in samples.items()
+    }
+    beside = {"tracing on": "tracing off"}
+    if before is not None:
+        beside["tracing off"] = before
     lines = [
-        "| arm | CPU µs / request, median (min–max) | added CPU vs off | wall µs / request, median | ratio to off (CPU) |",
+        "| arm | CPU µs / request, median (min–max) | wall p50 µs at c1, median (min–max) "
+        "| added CPU | added wall p50 |",
         "|---|---|---|---|---|",
     ]
-    off_cpu = statistics.median(s["cpu_us"] for s in off)
     for name, rows in samples.items():
-        cpu = [r["cpu_us"] for r in rows]
-        wall = [r["wall_us"] for r in rows]
-        med = statistics.median(cpu)
+        added = ["", ""]
+        if name in beside:
+            base = med[beside[name]]
+            cpu = med[name]["cpu_us"] - base["cpu_us"]
+            wall = med[name]["wall_p50_us"] - base["wall_p50_us"]
+            added = [f"{cpu:+.1f} µs vs {beside[name]}", f"{wall:+.1f} µs vs {beside[name]}"]
         lines.append(
-            f"| {name} | {med:.1f} ({min(cpu):.1f}–{max(cpu):.1f}) | {med - off_cpu:+.1f} µs "
-            f"| {statistics.median(wall):.1f} | {med / off_cpu:.3f} |"
+            f"| {name} | {_spread([r['cpu_us'] for r in rows])} "
+            f"| {_spread([r['wall_p50_us'] for r in rows])} | {added[0]} | {added[1]} |"
         )
     return lines
 
@@ -195,6 +183,9 @@ def main() -> None:
         child_main(args)
         return
 
+    started, load_before = datetime.now(UTC), load_average()
+    command = "python -m bench.tracing " + " ".join(sys.argv[1:])
+    before = f"before ({args.baseline[:10]})" if args.baseline else None
     upstream_port, receiver_port = free_port(), free_port()
     endpoint = f"http://127.0.0.1:{receiver_port}"
     samples: dict[str, list[dict[str, float]]] = {"tracing off": [], "tracing on": []}
@@ -208,9 +199,9 @@ def main() -> None:
                 check=True,
                 capture_output=True,
             )
-            name = f"before ({args.baseline[:10]})"
-            trees = {name: base, **trees}
-            samples = {name: [], **samples}
+            assert before is not None
+            trees = {before: base, **trees}
+            samples = {before: [], **samples}
         try:
             with (
                 process(
@@ -236,15 +227,21 @@ def main() -> None:
                     check=False,
                     capture_output=True,
                 )
-    table = summarise(samples)
+    load_after = load_average()
+    table = summarise(samples, before)
     print("\n".join(table))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
         "# Tracing's cost (python -m bench.tracing)\n\n"
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs (shared), "
-        f"{args.rounds} rounds × {args.requests} chat requests per arm, concurrency 1, "
-        "in-process ASGI app → real aiohttp client → bench.fake_upstream; tracing on exports "
-        "every span over OTLP/HTTP to a receiver in another process.\n\n" + "\n".join(table) + "\n",
+        f"- Run: {started:%Y-%m-%d %H:%M} UTC, `{command}`\n"
+        f"- Machine: {machine()}; load average (1, 5, 15 min) {load_before} before the run, "
+        f"{load_after} after it\n"
+        f"- {args.rounds} rounds × {args.requests} chat requests per arm, concurrency 1, arms "
+        "alternating in fresh processes: the in-process ASGI app (bench/asgi.py) → the real aiohttp "
+        "client → bench.fake_upstream; tracing on exports every span over OTLP/HTTP to a receiver "
+        "in another process. CPU is the proxy process's, every thread (the exporter's too).\n\n"
+        + "\n".join(table)
+        + "\n",
         encoding="utf-8",
     )
     print(f"wrote {RESULTS.relative_to(ROOT)}")
