@@ -292,6 +292,7 @@ class RequestTrace:
         self._response_model: str | None = None
         self._finish_reasons: list[str] = []
         self._tokens = [0, 0]
+        self._found: list[tuple[Span | None, Sequence[Violation], int]] = []
 
     def attempt_kind(self, kind: str) -> None:
         """The turn's next upstream call: "first", "reask", "shadow"; tries restart at 1."""
@@ -323,6 +324,19 @@ class RequestTrace:
         """The span of the latest upstream try: the parent of the violations found in its answer."""
         return self._last_try
 
+    def found(self, violations: Sequence[Violation]) -> None:
+        """Violations found in the answer of the latest upstream try (the first answer's, or a
+        re-ask's): recorded under that try's span when the choice is settled (`settled`)."""
+        if violations:
+            self._found.append((self._last_try, violations, time.time_ns()))
+
+    def settled(self, *, repaired: bool, decision: str) -> None:
+        """The choice is settled: every violation `found` on its way becomes a guardrail record
+        with the outcome (`repaired`, `decision`) of the whole repair."""
+        for parent, violations, at in self._found:
+            self.guardrails(violations, parent=parent, repaired=repaired, decision=decision, at=at)
+        self._found.clear()
+
     def guardrails(
         self,
         violations: Sequence[Violation],
@@ -330,6 +344,7 @@ class RequestTrace:
         parent: Span | None,
         repaired: bool,
         decision: str,
+        at: int | None = None,
     ) -> None:
         """Record each violation as an `apply_guardrail` span under the try whose answer held it.
 
@@ -338,7 +353,8 @@ class RequestTrace:
         in: the tool name as called, the channel, the guard's short message and JSON pointers.
         """
         context = set_span_in_context(parent or self.span)
-        at = time.time_ns()
+        if at is None:
+            at = time.time_ns()
         for violation in violations:
             attributes: dict[str, Any] = {
                 OPERATION: "apply_guardrail",

@@ -473,7 +473,8 @@ class Turn:
             return Settled(choice.index, message, reason, message is not original)
 
         self._count(found)
-        answered_by = trace.checkpoint() if trace is not None else None
+        if trace is not None:
+            trace.found(found)
         current, remaining = message, found
         usage: list[Mapping[str, Any]] = []
         if settings.local_fixes:
@@ -497,12 +498,7 @@ class Turn:
                 self.model, violation.channel.value, result, self.protocol.api
             ).inc()
         if trace is not None:
-            trace.guardrails(
-                found,
-                parent=answered_by,
-                repaired=repaired,
-                decision=_decision(repaired, settings.on_unrepaired),
-            )
+            trace.settled(repaired=repaired, decision=_decision(repaired, settings.on_unrepaired))
             trace.finish_reason(reason)
         if repaired:
             self._repaired += len(found)
@@ -577,6 +573,8 @@ class Turn:
             violations = validate(
                 message, None, view.tool_choice, finish_reason=reason, index=view.index
             )
+            if trace is not None:
+                trace.found(violations)
             if not violations:
                 break
         return message, reason, violations, usages

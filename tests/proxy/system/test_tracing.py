@@ -107,6 +107,49 @@ def test_a_repaired_request_has_a_server_span_two_attempts_and_one_guardrail(
     assert forwarded == [f"00-{CLIENT_TRACE}-{a.span_id}-01" for a in attempts]
 
 
+def test_each_answer_with_violations_gets_its_guardrails_under_its_own_try(
+    traced: RunningProxy, upstream: RunningUpstream, receiver: OTLPReceiver
+) -> None:
+    # The first answer calls an unknown tool, the first re-ask's breaks the schema, the second
+    # re-ask's is valid: a guardrail record for each broken answer, under the try that got it.
+    upstream.script.push(
+        HALLUCINATED,
+        completion(tool_calls=[tool_call("get_order_details", {"order_id": 7}, id="call_z")]),
+        VALID,
+    )
+    response = post(traced, make_request())
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["tool_calls"][0]["id"] == "call_y"
+
+    spans = spans_of(receiver, 6)
+    attempts = sorted((s for s in spans if s.kind == "CLIENT"), key=lambda s: s.start_ns)
+    guardrails = sorted((s for s in spans if s.kind == "INTERNAL"), key=lambda s: s.start_ns)
+    assert [a.attributes[tracing.ATTEMPT_KIND] for a in attempts] == ["first", "reask", "reask"]
+    assert [(g.parent_span_id, g.attributes[tracing.CHANNEL]) for g in guardrails] == [
+        (attempts[0].span_id, "unknown_tool"),
+        (attempts[1].span_id, "schema_violation"),
+    ]
+    assert guardrails[1].attributes[tracing.SCHEMA_POINTER] == ["/order_id"]
+    assert guardrails[1].attributes[tracing.TARGET_ID] == "call_z"
+    # The repair as a whole succeeded: each record says so.
+    assert all(g.attributes[tracing.REPAIRED] is True for g in guardrails)
+    assert all(g.attributes[tracing.DECISION] == "modify" for g in guardrails)
+
+
+def test_a_repair_that_fails_records_every_answers_violations_as_unrepaired(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream, receiver: OTLPReceiver
+) -> None:
+    proxy = make_proxy(otlp_endpoint=receiver.endpoint, max_reasks=1)
+    upstream.script.push(HALLUCINATED, HALLUCINATED)
+    assert post(proxy, make_request()).status_code == 200
+    spans = spans_of(receiver, 5)
+    attempts = sorted((s for s in spans if s.kind == "CLIENT"), key=lambda s: s.start_ns)
+    guardrails = sorted((s for s in spans if s.kind == "INTERNAL"), key=lambda s: s.start_ns)
+    assert [g.parent_span_id for g in guardrails] == [a.span_id for a in attempts]
+    assert [g.attributes[tracing.REPAIRED] for g in guardrails] == [False, False]
+    assert [g.attributes[tracing.DECISION] for g in guardrails] == ["warn", "warn"]
+
+
 def test_a_schema_violation_names_its_json_pointer_and_an_unrepaired_one_is_a_warning(
     make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream, receiver: OTLPReceiver
 ) -> None:
