@@ -1,6 +1,6 @@
 """Messages rendering, proven with the real anthropic SDK talking directly to the scripted upstream:
-every scripted answer parses, thinking signatures survive, and a stream accumulates to the plain
-message."""
+every scripted answer parses and thinking signatures survive (that any stream accumulates to the
+plain message: test_streams.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,10 @@ import anthropic
 import httpx
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
 
 from proxy.answers import Answer, Usage
 from proxy.answers import messages as wire
 from proxy.testing import SSE, Fault, ScriptedUpstream, answer, call, thinking
-from tests.proxy.answers.strategies import answers, fragments, json_objects
 
 TOOLS: list[Any] = [
     {
@@ -190,28 +188,6 @@ def test_count_tokens_answers_in_vllms_shape(
     got = client.messages.count_tokens(model="scripted-model", messages=ASKED)
     assert got.input_tokens > 0
     assert upstream.paths[-1] == "/v1/messages/count_tokens"
-
-
-ANSWERS = answers(["Bash", "Read", "Edit"], json_objects, thoughts=2)
-
-
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(reply=ANSWERS, fragment=fragments)
-def test_a_stream_accumulates_in_the_sdk_to_the_plain_message(
-    scripted: tuple[ScriptedUpstream, str],
-    client: anthropic.Anthropic,
-    reply: Answer,
-    fragment: int,
-) -> None:
-    scripted[0].rescript(SSE.of(reply, fragment=fragment))
-    plain = ask(client).model_dump()
-    final = streamed(client)[1].model_dump()
-    plain["content"] = [
-        b for b in plain["content"] if b != {"type": "text", "text": "", "citations": None}
-    ]
-    assert final == plain
 
 
 def test_usage_counts_cached_input_apart_as_vllm_does() -> None:

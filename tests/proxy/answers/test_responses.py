@@ -1,5 +1,5 @@
 """Responses rendering, proven with the real openai SDK talking directly to the scripted upstream:
-every scripted answer parses, and a stream accumulates to the plain answer."""
+every scripted answer parses (that any stream accumulates to the plain answer: test_streams.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,10 @@ import httpx
 import openai
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from proxy.answers import Answer
 from proxy.answers import responses as wire
 from proxy.testing import SSE, Fault, ScriptedUpstream, answer, call, thinking
-from tests.proxy.answers.strategies import answers, fragments, json_objects
 
 TOOLS: list[Any] = [
     {
@@ -179,60 +176,6 @@ def test_a_broken_stream_raises_in_the_sdk(
     scripted[0].rescript(SSE.of(answer("Hello there"), drop_after=3))
     with pytest.raises(openai.APIError):
         streamed(client)
-
-
-# a Responses call carries its arguments as text, JSON or not
-ANSWERS = answers(
-    ["get_order", "cancel_order", "refund"],
-    json_objects.map(lambda d: orjson.dumps(d).decode()) | st.text(max_size=12),
-    thoughts=1,
-)
-
-
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(reply=ANSWERS, fragment=fragments)
-def test_a_stream_accumulates_in_the_sdk_to_the_plain_response(
-    scripted: tuple[ScriptedUpstream, str],
-    client: openai.OpenAI,
-    reply: Answer,
-    fragment: int,
-) -> None:
-    scripted[0].rescript(SSE.of(reply, fragment=fragment))
-    plain = ask(client)
-    events, final = streamed(client)
-    # what the deltas add up to, item by item, as the SDK hands them out
-    built: dict[int, dict[str, Any]] = {}
-    for event in events:
-        if event.type == "response.output_item.added":
-            built[event.output_index] = {"item": event.item.type, "text": ""}
-        elif event.type in _DELTAS:
-            built[event.output_index]["text"] += event.delta
-    assert [b["text"] for _, b in sorted(built.items())] == [_text_of(i) for i in plain.output]
-    assert _comparable(final) == _comparable(plain)
-    assert final.usage == plain.usage
-
-
-_DELTAS = (
-    "response.output_text.delta",
-    "response.function_call_arguments.delta",
-    "response.reasoning_text.delta",
-)
-
-
-def _text_of(item: Any) -> str:
-    if item.type == "function_call":
-        return str(item.arguments)
-    return "".join(part.text for part in item.content)
-
-
-def _comparable(got: Any) -> Any:
-    body = got.model_dump(exclude_none=True)
-    for item in body["output"]:
-        if item["type"] == "reasoning":
-            item.pop("status", None)  # vLLM: none in a plain body, `completed` once streamed
-    return body
 
 
 def test_a_rendered_body_is_what_the_stream_completes_with() -> None:
