@@ -114,6 +114,9 @@ def find_granite(text: str) -> list[LeakedCall]:
     return found
 
 
+_APERTUS_START: Final = re.compile(r"\[\s*(?:\{|\Z)")
+
+
 def find_apertus(text: str) -> list[LeakedCall]:
     """`<|tools_prefix|>[{"get_weather": {"city": "Paris"}}, …]<|tools_suffix|>`: each object's
     one key is the name, its value the arguments."""
@@ -124,6 +127,8 @@ def find_apertus(text: str) -> list[LeakedCall]:
             found += cut_off_marker("apertus", text, block)
             continue
         value, ok = decode_exact(body)
+        if not ok and not _APERTUS_START.match(body):
+            continue  # `[` then words: the marker named in prose, not a list of calls
         if not ok or not isinstance(value, list):
             name = re.match(r'\[\s*\{\s*"((?:[^"\\]|\\.)*)"', body)
             calls = [Parsed(name.group(1) if name else "", None, complete=False)]

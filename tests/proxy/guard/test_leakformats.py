@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from proxy.guard.leakformats import FAMILIES, FORMATS, NOT_APPLICABLE, VLLM_PARSERS
@@ -157,6 +157,7 @@ WORD = st.text(
     st.lists(st.one_of(WORD, WORD, st.sampled_from(OPENING_MARKERS)), min_size=1, max_size=30),
     WORD,
 )
+@example(["<|tools_prefix|>", "[TOOL_CALLS]"], "0")  # a marker, then another's `[`: prose
 def test_arbitrary_prose_with_markers_among_its_words_never_produces_a_call(
     words: list[str], last: str
 ) -> None:
