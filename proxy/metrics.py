@@ -85,7 +85,7 @@ VIOLATIONS = Family(
 LEAKED_CALLS = Family(
     "toolsentry_leaked_calls",
     "Tool calls written as text instead of made, by wire format and where (content or reasoning).",
-    ("model", "format", "where"),
+    ("model", "format", "where", "api"),
 )
 REPAIRS = Family(
     "toolsentry_repairs",

@@ -615,7 +615,7 @@ class Turn:
                 self._pipeline.unknown_tools.add(self.model, violation.tool_name)
             if violation.format is not None:
                 where = "reasoning" if violation.in_reasoning else "content"
-                metrics.leaked_calls.labels(self.model, violation.format, where).inc()
+                metrics.leaked_calls.labels(self.model, violation.format, where, api).inc()
                 self._pipeline.unknown_tools.add_leak(self.model, violation.format)
 
     # -- the report -----------------------------------------------------------------------------

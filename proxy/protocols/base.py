@@ -10,7 +10,10 @@ guard's: an assistant message
      "tool_calls": [{"id": call_id, "type": "function",
                      "function": {"name": str, "arguments": str}}]}
 
-with a finish of `"stop"`, `"tool_calls"` or `"length"` (stopped at the token limit).
+with a finish of `"stop"`, `"tool_calls"` or `"length"` (stopped at the token limit), and, where
+the answer has reasoning (a Responses `reasoning` item, a Messages `thinking` block), its text under
+`"reasoning"`, as chat's own messages carry it: the guard scans it for leaked calls, and an adapter
+writes its answer back from what it read, so the reasoning reaches the client unchanged.
 """
 
 from __future__ import annotations

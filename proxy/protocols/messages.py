@@ -5,8 +5,9 @@ A Messages answer is read into the guard's message: its `text` blocks joined as 
 as it came, so the guard sees it malformed), `stop_reason` `max_tokens` → `length`, `tool_use` →
 `tool_calls`. Thinking and redacted-thinking blocks ride along in the message under
 `THINKING_KEY`, byte for byte, so a written-back answer and a re-ask's assistant turn keep them with
-their signatures. A re-ask continues the conversation with the assistant turn (thinking, text, the
-`tool_use` blocks as sent) and a user turn of `tool_result` blocks (`is_error: true`) carrying the
+their signatures; their text is also the message's `reasoning`, which the guard scans for leaked
+calls. A re-ask continues the conversation with the assistant turn (thinking, text, the `tool_use`
+blocks as sent) and a user turn of `tool_result` blocks (`is_error: true`) carrying the
 corrective texts, plus a text block for what has no call. A stream passes `message_start`, `ping`s,
 thinking and text blocks through as they come, holds every `tool_use` block until `message_delta`,
 then sends the settled calls as blocks with consecutive client `index`es, the `message_delta` and,
@@ -279,8 +280,21 @@ def read_message(blocks: Sequence[Any]) -> Message:
     message: Message = {"role": "assistant", "content": "".join(text) or None}
     if calls:
         message["tool_calls"] = calls
-    if thinking:
-        message[THINKING_KEY] = thinking
+    return with_thinking(message, thinking)
+
+
+def with_thinking(message: Message, blocks: list[dict[str, Any]]) -> Message:
+    """`message` carrying `blocks` (thinking and redacted thinking, as they came) under
+    `THINKING_KEY`, and the text of the thinking ones as its `reasoning`, for the leak scan."""
+    if blocks:
+        message[THINKING_KEY] = blocks
+    reasoning = "\n".join(
+        b["thinking"]
+        for b in blocks
+        if b.get("type") == "thinking" and isinstance(b.get("thinking"), str) and b["thinking"]
+    )
+    if reasoning:
+        message["reasoning"] = reasoning
     return message
 
 
@@ -505,9 +519,7 @@ class MessagesAssembly:
         message: Message = {"role": "assistant", "content": "".join(self._text) or None}
         if calls:
             message["tool_calls"] = calls
-        thoughts = [t.whole() for _, t in sorted(self._thoughts.items())]
-        if thoughts:
-            message[THINKING_KEY] = thoughts
+        with_thinking(message, [t.whole() for _, t in sorted(self._thoughts.items())])
         delta = (self._delta or {}).get("delta") or {}
         return [Choice(0, message, finish_of(delta.get("stop_reason")))]
 

@@ -2,7 +2,8 @@
 of the turn.
 
 A response's `output` is a list of items; the guard's message is read from it: the text of its
-`message` items is the content, each `function_call` item a call whose id is its `call_id`.
+`message` items is the content, each `function_call` item a call whose id is its `call_id`, the
+text of its `reasoning` items the reasoning (scanned for leaked calls, never changed).
 Built-in tool calls (`web_search_call`, `mcp_call`, …) and custom tool calls become calls of
 their own type, which the guard never flags. A function inside a `namespace` tool is called with
 the function's `name` and the namespace in the item's `namespace` field (the OpenAI SDK's
@@ -48,6 +49,10 @@ _NOT_REASKED: Final = frozenset({"stream", "stream_options", "background"})
 _TERMINAL: Final = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _CALL_TYPES: Final = frozenset({"function_call", "custom_tool_call"})
 _NOT_ACTIONS: Final = frozenset({"message", "reasoning", "function_call"})
+_REASONING_DELTAS: Final = {
+    "response.reasoning_text.delta": "content",
+    "response.reasoning_summary_text.delta": "summary",
+}
 
 
 class ResponsesProtocol:
@@ -205,8 +210,9 @@ class ResponsesProtocol:
 class ResponsesAssembly:
     """One Responses stream (see `proxy.protocols.base.StreamAssembly`).
 
-    Text, reasoning and built-in tool events pass through as they come; `function_call` items
-    and their argument events are held until the response's terminal event, then sent whole
+    Text, reasoning and built-in tool events pass through as they come (the reasoning deltas are
+    also kept, for the leak scan of an item whose done event carries no text); `function_call`
+    items and their argument events are held until the response's terminal event, then sent whole
     (added, one arguments delta, arguments done, done) as the settled message has them. Every
     event the client gets is numbered again (`sequence_number` from 0, `output_index` in the
     order the client saw the items added), so the SDK's accumulator and the terminal event's
@@ -227,6 +233,8 @@ class ResponsesAssembly:
         self._finished: list[Choice] = []
         self._usage: list[Mapping[str, Any]] = []
         self._final: dict[str, Any] | None = None
+        # reasoning item id -> its streamed text, by part kind ("content", "summary")
+        self._reasoning: dict[object, dict[str, list[str]]] = {}
 
     def add(self, event: SSEEvent) -> list[bytes]:
         payload = event.payload
@@ -283,6 +291,9 @@ class ResponsesAssembly:
         client_index = self._indices[index]
         if kind == "response.output_item.done" and isinstance(payload.get("item"), dict):
             self._sent[client_index] = payload["item"]
+        elif kind in _REASONING_DELTAS:
+            parts = self._reasoning.setdefault(payload.get("item_id"), {})
+            parts.setdefault(_REASONING_DELTAS[kind], []).append(str(payload.get("delta") or ""))
         return [self._writer.forward({**payload, "output_index": client_index})]
 
     def take_finished(self) -> list[Choice]:
@@ -349,7 +360,13 @@ class ResponsesAssembly:
         ]
         known = {item.get("call_id") for item in merged if item.get("type") == "function_call"}
         merged += [item for key, item in calls.items() if key not in known]
-        message = guard_message(merged, self.response_id)
+        streamed = {
+            item_id: reasoning_text(
+                {key: [{"text": "".join(pieces)}] for key, pieces in parts.items()}
+            )
+            for item_id, parts in self._reasoning.items()
+        }
+        message = guard_message(merged, self.response_id, streamed)
         return Choice(0, message, finish_of(response, message))
 
 
@@ -520,10 +537,20 @@ def call_name(item: Mapping[str, Any]) -> object:
     return name
 
 
-def guard_message(output: list[dict[str, Any]], response_id: str | None) -> Message:
-    """The guard's message for a response's output items (which it keeps under `ITEMS`)."""
+def guard_message(
+    output: list[dict[str, Any]],
+    response_id: str | None,
+    streamed: Mapping[object, str] | None = None,
+) -> Message:
+    """The guard's message for a response's output items (which it keeps under `ITEMS`).
+
+    The text of its `reasoning` items is the message's `reasoning`, which the guard scans for
+    leaked calls (the items themselves go back unchanged); `streamed`: a stream's reasoning text
+    by item id, read for an item that carries none.
+    """
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
+    thoughts: list[str] = []
     for item in output:
         kind = item.get("type")
         if kind == "message":
@@ -540,16 +567,35 @@ def guard_message(output: list[dict[str, Any]], response_id: str | None) -> Mess
                     "function": {"name": call_name(item), "arguments": item.get("arguments")},
                 }
             )
+        elif kind == "reasoning":
+            thought = reasoning_text(item) or (streamed or {}).get(item.get("id"), "")
+            if thought:
+                thoughts.append(thought)
         elif kind not in _NOT_ACTIONS and isinstance(kind, str):
             # A built-in or custom tool's call: an action of the model, never flagged.
             calls.append({"id": item.get("call_id") or item.get("id"), "type": kind})
     message: Message = {"role": "assistant", "content": "".join(texts) if texts else None}
     if calls:
         message["tool_calls"] = calls
+    if thoughts:
+        message["reasoning"] = "\n".join(thoughts)
     message[ITEMS] = output
     if response_id is not None:
         message[RESPONSE_ID] = response_id
     return message
+
+
+def reasoning_text(item: Mapping[str, Any]) -> str:
+    """A `reasoning` item's text: its `content` parts (`reasoning_text`) joined, else its
+    `summary` parts (a summary restates the content: reading both would find one call twice).
+    An item with only `encrypted_content` has none."""
+    for key in ("content", "summary"):
+        parts = item.get(key)
+        if isinstance(parts, list):
+            text = "".join(str(p.get("text") or "") for p in parts if isinstance(p, dict))
+            if text:
+                return text
+    return ""
 
 
 def output_items(message: Mapping[str, Any]) -> list[dict[str, Any]]:

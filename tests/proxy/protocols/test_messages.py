@@ -247,3 +247,44 @@ def _event(data: dict[str, Any], name: str | None = None) -> SSEEvent:
 def _decode(raw: bytes) -> list[SSEEvent]:
     decoder = SSEDecoder()
     return [e for e in [*decoder.feed(raw), *decoder.flush()] if isinstance(e, SSEEvent)]
+
+
+LEAK = '<tool_call>\n{"name": "Bash", "arguments": {"command": "ls"}}\n</tool_call>'
+THOUGHT = {"type": "thinking", "thinking": "I should list. " + LEAK, "signature": "EqQBCkgIARAB+/="}
+REDACTED = {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"}
+
+
+def leaks_in_reasoning(message: dict[str, Any]) -> list[tuple[str, bool, str | None]]:
+    found = validate(message, None, index=PROTOCOL.compile_tools(TOOLS))
+    return [(v.channel.value, v.in_reasoning, v.format) for v in found]
+
+
+def test_thinking_blocks_are_the_reasoning_the_guard_scans_and_are_written_back_byte_for_byte() -> (
+    None
+):
+    body = {"content": [dict(THOUGHT), dict(REDACTED), {"type": "text", "text": "Done."}]}
+    (choice,) = PROTOCOL.read(body, "up").choices
+    assert choice.message["reasoning"] == THOUGHT["thinking"]  # the redacted block has no text
+    assert leaks_in_reasoning(choice.message) == [("leaked_tool_call", True, "hermes")]
+    settled = Settled(0, choice.message, "stop", True)
+    written = PROTOCOL.write(PROTOCOL.read(body, "up"), [settled], None)
+    assert orjson.dumps(written["content"][:2]) == orjson.dumps([THOUGHT, REDACTED])
+
+
+def test_a_streams_thinking_deltas_pass_at_once_and_are_scanned() -> None:
+    assembly = PROTOCOL.assembly(BODY)
+    events = wire.events(
+        answer("Done.", thoughts=[thinking(str(THOUGHT["thinking"]), str(THOUGHT["signature"]))]),
+        fragment=5,
+    )
+    thinking_deltas = 0
+    for event in events[:-1]:
+        out = assembly.add(_event(event))
+        if event.get("delta", {}).get("type") == "thinking_delta":
+            thinking_deltas += 1
+            assert [orjson.loads(e.split(b"data: ")[1])["delta"] for e in out] == [event["delta"]]
+    assert thinking_deltas > 1
+    (choice,) = assembly.take_finished()
+    assert choice.message["reasoning"] == THOUGHT["thinking"]
+    assert choice.message[THINKING_KEY] == [THOUGHT]
+    assert leaks_in_reasoning(choice.message) == [("leaked_tool_call", True, "hermes")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from proxy.errors import BadRequestError
@@ -17,6 +18,7 @@ from proxy.protocols.responses import (
     guard_tools,
     output_items,
 )
+from proxy.streaming import SSEEvent
 
 PROTOCOL = ResponsesProtocol()
 FUNCTION = {"type": "function", "name": "get", "parameters": {"type": "object"}}
@@ -143,3 +145,53 @@ def test_the_finish_is_length_when_the_response_stopped_at_max_output_tokens() -
     index = PROTOCOL.compile_tools([FUNCTION])
     found = validate(choice.message, None, finish_reason=choice.finish_reason, index=index)
     assert [v.channel.value for v in found] == ["truncated"]
+
+
+LEAK = '<tool_call>\n{"name": "get", "arguments": {}}\n</tool_call>'
+
+
+def leaks_in_reasoning(message: dict[str, Any]) -> list[tuple[str, bool, str | None]]:
+    found = validate(message, None, index=PROTOCOL.compile_tools([FUNCTION]))
+    return [(v.channel.value, v.in_reasoning, v.format) for v in found]
+
+
+def test_reasoning_items_are_the_reasoning_the_guard_scans_and_go_back_unchanged() -> None:
+    output = [
+        {"type": "reasoning", "id": "rs_1",
+         "summary": [{"type": "summary_text", "text": "In short: " + LEAK}],
+         "content": [{"type": "reasoning_text", "text": "I think. " + LEAK}]},
+        {"type": "reasoning", "id": "rs_2",
+         "summary": [{"type": "summary_text", "text": "Only a summary."}]},
+        {"type": "reasoning", "id": "rs_3", "summary": [], "encrypted_content": "gAAAAB"},
+    ]  # fmt: skip
+    copy = orjson.loads(orjson.dumps(output))
+    message = guard_message(output, None)
+    # The content, not its summary too: one call is found once.
+    assert message["reasoning"] == "I think. " + LEAK + "\nOnly a summary."
+    assert leaks_in_reasoning(message) == [("leaked_tool_call", True, "hermes")]
+    assert output_items(message) == copy
+    assert "reasoning" not in guard_message([{"type": "reasoning", "summary": []}], None)
+
+
+@pytest.mark.parametrize(
+    "delta", ["response.reasoning_text.delta", "response.reasoning_summary_text.delta"]
+)
+def test_a_streams_reasoning_deltas_pass_at_once_and_are_scanned_where_its_items_have_no_text(
+    delta: str,
+) -> None:
+    assembly = PROTOCOL.assembly({})
+    bare = {"type": "reasoning", "id": "rs_1", "summary": []}  # done events without the text
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": {"id": "resp_1", "output": []}},
+        {"type": "response.output_item.added", "output_index": 0, "item": bare},
+        *({"type": delta, "output_index": 0, "item_id": "rs_1", "content_index": 0,
+           "summary_index": 0, "delta": piece} for piece in ("I think. ", LEAK[:12], LEAK[12:])),
+        {"type": "response.output_item.done", "output_index": 0, "item": bare},
+        {"type": "response.completed", "response": {"id": "resp_1", "status": "completed"}},
+    ]  # fmt: skip
+    sent = [assembly.add(SSEEvent(orjson.dumps(e).decode(), e, e["type"])) for e in events]
+    assert [len(out) for out in sent] == [1, 1, 1, 1, 1, 1, 0]  # each delta passed as it came
+    assert orjson.loads(sent[3][0].split(b"data: ")[1])["delta"] == LEAK[:12]
+    (choice,) = assembly.take_finished()
+    assert choice.message["reasoning"] == "I think. " + LEAK
+    assert leaks_in_reasoning(choice.message) == [("leaked_tool_call", True, "hermes")]
