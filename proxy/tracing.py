@@ -15,30 +15,50 @@ Shape of a request's trace:
 
 Tracing is off unless an OTLP endpoint is configured; then `Tracing.create` returns None and
 the hot path does no tracing work: the routes and the upstream client test one reference.
-Spans are exported in batches from the SDK's worker thread; a bounded queue in front of it drops
-(and counts) spans when the endpoint is down or slow, so neither latency nor memory grows.
+
+On, a span on the event loop is a small record (`SpanRecord`: ids, times, a dict of attributes)
+put on a bounded queue; a worker thread encodes batches of them in OTLP's protobuf (`encode`,
+the encoding the OpenTelemetry SDK's exporter produces, tested against it) and POSTs them to
+the endpoint. The SDK's span machinery cost more than the request's own work (locks, attribute
+validation, context objects per span, and a protobuf object per attribute at export), so the
+proxy keeps of the SDK what configures it: the resource (`OTEL_SERVICE_NAME`,
+`OTEL_RESOURCE_ATTRIBUTES`) and the sampler (`OTEL_TRACES_SAMPLER` / `_ARG`, asked once per
+request at the server span: its tries and guardrails follow it, as parent-based sampling does).
+Context travels as W3C trace context (`traceparent`, `tracestate`). A full queue drops spans,
+counted, and so does a failed export: neither latency nor memory grows with a slow endpoint.
 """
 
 from __future__ import annotations
 
+import gzip
+import http.client
+import random
+import re
+import ssl
+import struct
 import threading
 import time
+import zlib
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
-from opentelemetry import context as otel_context
-from opentelemetry import propagate
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    SpanExporter,
-    SpanExportResult,
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    TraceFlags,
+    TraceState,
+    set_span_in_context,
 )
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
+from opentelemetry.util.re import parse_env_headers
 
 from proxy.guard.channels import Violation
 
@@ -91,7 +111,7 @@ OPERATIONS = {"chat": "chat", "responses": "chat", "messages": "chat"}
 
 @dataclass(frozen=True)
 class TracingConfig:
-    """Where spans go; `endpoint` None means the OTel SDK's own variables decide (OTEL_*)."""
+    """Where spans go; `endpoint` None means the standard variables decide (OTEL_EXPORTER_OTLP_*)."""
 
     endpoint: str | None = None
     service_name: str = "toolsentry"
@@ -120,78 +140,377 @@ def traces_url(endpoint: str) -> str:
     return base if base.endswith("/v1/traces") else f"{base}/v1/traces"
 
 
-class _CountingExporter(SpanExporter):
-    """The OTLP exporter, counting what reached it and what it failed to deliver."""
+# -- spans as the event loop records them ------------------------------------------------------
 
-    def __init__(self, inner: SpanExporter, queue: _Bound) -> None:
-        self._inner = inner
-        self._queue = queue
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        self._queue.left(len(spans))
-        try:
-            result = self._inner.export(spans)
-        except Exception:  # an exporter bug must not kill the SDK's worker thread
-            result = SpanExportResult.FAILURE
-        if result is not SpanExportResult.SUCCESS:
-            self._queue.drop("export_failed", len(spans))
-        return result
-
-    def shutdown(self) -> None:
-        self._inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._inner.force_flush(timeout_millis)
+_KINDS = {SpanKind.INTERNAL: 1, SpanKind.SERVER: 2, SpanKind.CLIENT: 3}
 
 
-class _Bound:
-    """Spans handed to the batch processor and not yet taken by the exporter, capped."""
+class SpanRecord:
+    """One span: what the OTLP encoding needs and nothing else. `error` None is status UNSET;
+    a string (possibly empty) is status ERROR with that description."""
 
-    def __init__(self, capacity: int, on_drop: Callable[[str, int], None]) -> None:
-        self.capacity = capacity
-        self._pending = 0
-        self._lock = threading.Lock()
-        self._on_drop = on_drop
+    __slots__ = (
+        "attributes",
+        "end",
+        "error",
+        "kind",
+        "name",
+        "parent_id",
+        "remote_parent",
+        "span_id",
+        "start",
+        "trace_id",
+        "trace_state",
+    )
 
-    def enter(self) -> bool:
-        with self._lock:
-            if self._pending >= self.capacity:
-                full = True
-            else:
-                self._pending += 1
-                full = False
-        if full:
-            self.drop("queue_full", 1)
-        return not full
+    def __init__(
+        self,
+        name: str,
+        kind: SpanKind,
+        trace_id: int,
+        parent_id: int,
+        attributes: dict[str, Any],
+        *,
+        trace_state: str = "",
+        remote_parent: bool = False,
+        start: int | None = None,
+    ) -> None:
+        self.name = name
+        self.kind = kind
+        self.trace_id = trace_id
+        self.span_id = _new_id(64)
+        self.parent_id = parent_id
+        self.remote_parent = remote_parent
+        self.trace_state = trace_state
+        self.attributes = attributes
+        self.start = time.time_ns() if start is None else start
+        self.end = self.start
+        self.error: str | None = None
 
-    def left(self, n: int) -> None:
-        with self._lock:
-            self._pending = max(0, self._pending - n)
 
-    def drop(self, reason: str, n: int) -> None:
-        self._on_drop(reason, n)
+def _new_id(bits: int) -> int:
+    """A random, non-zero id (what the SDK's RandomIdGenerator draws)."""
+    while True:
+        value = random.getrandbits(bits)
+        if value:
+            return value
 
 
-class _BoundedBatch(SpanProcessor):
-    """The SDK's batch processor behind a counted bound: a full queue drops here, counted,
-    instead of inside the SDK's deque, which would drop silently."""
+# -- W3C trace context ---------------------------------------------------------------------------
 
-    def __init__(self, inner: BatchSpanProcessor, bound: _Bound) -> None:
-        self._inner = inner
-        self._bound = bound
+_TRACEPARENT = re.compile(
+    r"^[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?[ \t]*$"
+)
 
-    def on_start(self, span: Any, parent_context: Any = None) -> None:
+
+def parse_traceparent(value: str | None) -> tuple[int, int, int] | None:
+    """(trace id, span id, flags) of a `traceparent` header, None when it is absent or invalid
+    (W3C trace context: version ff, all-zero ids, or a version-00 header with more fields)."""
+    if not value:
         return None
+    match = _TRACEPARENT.match(value)
+    if match is None:
+        return None
+    version, trace_hex, span_hex, flags, rest = match.groups()
+    if version == "ff" or (version == "00" and rest):
+        return None
+    trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
+    if not trace_id or not span_id:
+        return None
+    return trace_id, span_id, int(flags, 16)
 
-    def on_end(self, span: ReadableSpan) -> None:
-        if self._bound.enter():
-            self._inner.on_end(span)
+
+def traceparent(trace_id: int, span_id: int, sampled: bool) -> str:
+    return f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
+
+
+# -- OTLP protobuf -------------------------------------------------------------------------------
+# ExportTraceServiceRequest of opentelemetry-proto's trace/v1 and common/v1, written field by
+# field: a tag byte ((field << 3) | wire type), then a varint, fixed-size bytes, or a length and
+# that many bytes.
+
+
+def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(tag: bytes, payload: bytes) -> bytes:
+    """A length-delimited field."""
+    return tag + _varint(len(payload)) + payload
+
+
+def _any_value(value: Any) -> bytes:
+    """An AnyValue, as the SDK's exporter encodes attribute values (bool before int)."""
+    if isinstance(value, str):
+        return _field(b"\x0a", value.encode())
+    if isinstance(value, bool):
+        return b"\x10\x01" if value else b"\x10\x00"
+    if isinstance(value, int):
+        return b"\x18" + _varint(value & 0xFFFFFFFFFFFFFFFF)  # int64: two's complement
+    if isinstance(value, float):
+        return b"\x21" + struct.pack("<d", value)
+    if isinstance(value, bytes):
+        return _field(b"\x3a", value)
+    if isinstance(value, Sequence):
+        return _field(b"\x2a", b"".join(_field(b"\x0a", _any_value(v)) for v in value))
+    raise TypeError(f"an attribute value cannot be {type(value).__name__}")
+
+
+def _key_value(key: str, value: Any) -> bytes:
+    """A KeyValue message."""
+    return _field(b"\x0a", key.encode()) + _field(b"\x12", _any_value(value))
+
+
+_SEEN: dict[tuple[str, type, Any], bytes] = {}
+"""Span attribute fields already encoded, by key, type and value: most repeat from request to
+request (operation, model, route, status, channel). Bounded: past `_SEEN_MAX` entries a new
+value is encoded each time it comes."""
+_SEEN_MAX = 4096
+
+
+def _span_attributes(attributes: Mapping[str, Any]) -> list[bytes]:
+    """A span's attribute fields (9); None values are left out, as the SDK does."""
+    out = []
+    for key, value in attributes.items():
+        if value is None:
+            continue
+        kind = value.__class__
+        if kind is list:
+            out.append(_field(b"\x4a", _key_value(key, value)))
+            continue
+        encoded = _SEEN.get((key, kind, value))
+        if encoded is None:
+            encoded = _field(b"\x4a", _key_value(key, value))
+            if len(_SEEN) < _SEEN_MAX:
+                _SEEN[key, kind, value] = encoded
+        out.append(encoded)
+    return out
+
+
+def _span(span: SpanRecord) -> bytes:
+    parts = [
+        b"\x0a\x10" + span.trace_id.to_bytes(16, "big"),
+        b"\x12\x08" + span.span_id.to_bytes(8, "big"),
+    ]
+    if span.trace_state:
+        parts.append(_field(b"\x1a", span.trace_state.encode()))
+    if span.parent_id:
+        parts.append(b"\x22\x08" + span.parent_id.to_bytes(8, "big"))
+    parts.append(_field(b"\x2a", span.name.encode()))
+    parts.append(b"\x30" + _varint(_KINDS[span.kind]))
+    parts.append(b"\x39" + struct.pack("<Q", span.start))
+    parts.append(b"\x41" + struct.pack("<Q", span.end))
+    parts.extend(_span_attributes(span.attributes))
+    if span.error is None:
+        parts.append(b"\x7a\x00")  # status UNSET
+    else:
+        status = _field(b"\x12", span.error.encode()) if span.error else b""
+        parts.append(_field(b"\x7a", status + b"\x18\x02"))  # status ERROR
+    # SpanFlags: whether the parent is remote is known (0x100), and whether it is (0x200).
+    parts.append(b"\x85\x01" + struct.pack("<I", 0x300 if span.remote_parent else 0x100))
+    return b"".join(parts)
+
+
+class Encoder:
+    """ExportTraceServiceRequest payloads for one resource and the proxy's one scope: what the
+    SDK's OTLP exporter (`encode_spans`) sends for the same spans."""
+
+    def __init__(self, resource: Resource, scope: str, schema_url: str) -> None:
+        self._resource = _field(
+            b"\x0a",
+            b"".join(_field(b"\x0a", _key_value(k, v)) for k, v in resource.attributes.items()),
+        )
+        self._resource_schema = (
+            _field(b"\x1a", resource.schema_url.encode()) if resource.schema_url else b""
+        )
+        self._scope = _field(b"\x0a", _field(b"\x0a", scope.encode()))
+        self._scope_schema = _field(b"\x1a", schema_url.encode()) if schema_url else b""
+
+    def encode(self, spans: Sequence[SpanRecord]) -> bytes:
+        scope_spans = b"".join(
+            [self._scope, *(_field(b"\x12", _span(s)) for s in spans), self._scope_schema]
+        )
+        resource_spans = self._resource + _field(b"\x12", scope_spans) + self._resource_schema
+        return _field(b"\x0a", resource_spans)
+
+
+# -- the OTLP/HTTP endpoint ------------------------------------------------------------------------
+
+_RETRYABLE = frozenset({429, 502, 503, 504})
+
+
+class Sender:
+    """POSTs payloads to an OTLP/HTTP traces URL over one kept-alive connection, with the
+    exporter variables' headers, compression and TLS files; a failure worth retrying (no
+    connection, 429, 502-504) is retried with backoff until `timeout_s` has passed."""
+
+    def __init__(self, url: str, environ: Mapping[str, str], timeout_s: float) -> None:
+        def var(name: str) -> str:
+            return (
+                environ.get(f"OTEL_EXPORTER_OTLP_TRACES_{name}")
+                or environ.get(f"OTEL_EXPORTER_OTLP_{name}")
+                or ""
+            ).strip()
+
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an OTLP/HTTP URL: {url!r}")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port or (443 if self._https else 80)
+        self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self.timeout_s = timeout_s
+        self._headers = {"Content-Type": "application/x-protobuf"}
+        self._headers.update(parse_env_headers(var("HEADERS"), liberal=True))
+        compression = var("COMPRESSION").lower()
+        self._compress: Callable[[bytes], bytes] | None = None
+        if compression == "gzip":
+            self._compress, self._headers["Content-Encoding"] = gzip.compress, "gzip"
+        elif compression == "deflate":
+            self._compress, self._headers["Content-Encoding"] = zlib.compress, "deflate"
+        self._tls: ssl.SSLContext | None = None
+        if self._https:
+            self._tls = ssl.create_default_context(cafile=var("CERTIFICATE") or None)
+            if var("CLIENT_CERTIFICATE"):
+                self._tls.load_cert_chain(var("CLIENT_CERTIFICATE"), var("CLIENT_KEY") or None)
+        self._connection: http.client.HTTPConnection | None = None
+
+    def __call__(self, payload: bytes) -> bool:
+        """Whether the endpoint took the payload (a 2xx)."""
+        body = self._compress(payload) if self._compress else payload
+        deadline = time.monotonic() + self.timeout_s
+        backoff = 0.1
+        while True:
+            status = self._post(body, deadline)
+            if status is not None and 200 <= status < 300:
+                return True
+            if status is not None and status not in _RETRYABLE:
+                return False
+            pause = min(backoff, deadline - time.monotonic())
+            if pause <= 0:
+                return False
+            time.sleep(pause)
+            backoff *= 2
+
+    def _post(self, body: bytes, deadline: float) -> int | None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        try:
+            connection = self._connection
+            if connection is None:
+                if self._https:
+                    connection = http.client.HTTPSConnection(
+                        self._host, self._port, timeout=left, context=self._tls
+                    )
+                else:
+                    connection = http.client.HTTPConnection(self._host, self._port, timeout=left)
+                self._connection = connection
+            else:
+                connection.timeout = left
+                if connection.sock is not None:
+                    connection.sock.settimeout(left)
+            connection.request("POST", self._path, body, self._headers)
+            response = connection.getresponse()
+            response.read()
+            if response.will_close:
+                self.close()
+            return response.status
+        except (OSError, http.client.HTTPException):
+            self.close()
+            return None
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
+# -- the queue and its worker ----------------------------------------------------------------------
+
+
+class Exporter:
+    """Spans queue here from the event loop (`add`, a lock and an append); a worker thread takes
+    them in batches, encodes and sends them. The queue holds at most `capacity` spans: beyond,
+    a span is dropped and counted (`queue_full`), and a batch the endpoint did not take is
+    counted too (`export_failed`); every span ended is either delivered or counted."""
+
+    def __init__(
+        self,
+        encode: Callable[[Sequence[SpanRecord]], bytes],
+        send: Callable[[bytes], bool],
+        *,
+        capacity: int,
+        batch: int,
+        delay_s: float,
+        on_drop: Callable[[str, int], None],
+    ) -> None:
+        self._encode = encode
+        self._send = send
+        self.capacity = capacity
+        self._batch = batch
+        self._delay_s = delay_s
+        self._on_drop = on_drop
+        self._queue: deque[SpanRecord] = deque()
+        self._lock = threading.Lock()
+        self._sending = threading.Lock()  # one batch in flight: the worker's or a flush's
+        self._wake = threading.Event()
+        self._stopping = False
+        self._worker = threading.Thread(target=self._run, name="toolsentry-otlp", daemon=True)
+        self._worker.start()
+
+    def add(self, span: SpanRecord) -> None:
+        with self._lock:
+            queued = len(self._queue)
+            if queued < self.capacity:
+                self._queue.append(span)
+        if queued >= self.capacity:
+            self._on_drop("queue_full", 1)
+        elif queued + 1 >= self._batch:
+            self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self._wake.wait(self._delay_s)
+            self._wake.clear()
+            self._drain()
+
+    def _drain(self) -> None:
+        with self._sending:
+            while True:
+                with self._lock:
+                    n = min(len(self._queue), self._batch)
+                    spans = [self._queue.popleft() for _ in range(n)]
+                if not spans:
+                    return
+                try:
+                    delivered = self._send(self._encode(spans))
+                except Exception:  # a bug here must not end the worker: the spans are counted
+                    delivered = False
+                if not delivered:
+                    self._on_drop("export_failed", len(spans))
+
+    def force_flush(self) -> bool:
+        """Send what is queued now, in the caller's thread; whether the queue is empty after."""
+        self._drain()
+        with self._lock:
+            return not self._queue
 
     def shutdown(self) -> None:
-        self._inner.shutdown()  # type: ignore[no-untyped-call]  # the SDK leaves it unannotated
+        self._stopping = True
+        self._wake.set()
+        self._worker.join()
+        self._drain()
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._inner.force_flush(timeout_millis)
+
+# -- the tracer ------------------------------------------------------------------------------------
 
 
 class Tracing:
@@ -201,27 +520,38 @@ class Tracing:
         self,
         config: TracingConfig,
         *,
+        environ: Mapping[str, str] | None = None,
         on_drop: Callable[[str, int], None] = lambda reason, n: None,
-        exporter: SpanExporter | None = None,
+        send: Callable[[bytes], bool] | None = None,
     ) -> None:
-        bound = _Bound(config.max_queue_size, on_drop)
-        inner = exporter or OTLPSpanExporter(
-            endpoint=traces_url(config.endpoint) if config.endpoint else None,
-            timeout=config.export_timeout_s,
-        )
-        batch = BatchSpanProcessor(
-            _CountingExporter(inner, bound),
-            max_queue_size=config.max_queue_size,
-            schedule_delay_millis=config.schedule_delay_ms,
-            max_export_batch_size=min(512, config.max_queue_size),
-        )
-        # Resource.create reads OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES, which win.
+        environ = environ or {}
+        # Resource.create reads OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES, which win; the
+        # provider reads OTEL_TRACES_SAMPLER / _ARG (parent-based always-on otherwise). Neither
+        # the provider nor its tracer makes a span here.
         resource = Resource.create({"service.name": config.service_name})
-        # The sampler comes from OTEL_TRACES_SAMPLER / _ARG when set (parent-based always-on
-        # otherwise), as every OTel SDK reads them.
-        self._provider = TracerProvider(resource=resource)
-        self._provider.add_span_processor(_BoundedBatch(batch, bound))
-        self.tracer: Tracer = self._provider.get_tracer("toolsentry", schema_url=SCHEMA_URL)
+        self.sampler: Sampler = TracerProvider(resource=resource, shutdown_on_exit=False).sampler
+        # The default decides from the parent's flag alone: then the proxy reads it itself.
+        default = DEFAULT_ON.get_description()  # type: ignore[no-untyped-call]  # unannotated
+        self._parent_decides = self.sampler.get_description() == default
+        if send is None:
+            if config.endpoint:
+                url = traces_url(config.endpoint)
+            elif environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+                url = environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+            else:
+                url = traces_url(
+                    environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318"
+                )
+            send = self._sender = Sender(url, environ, config.export_timeout_s)
+        self.encoder = Encoder(resource, "toolsentry", SCHEMA_URL)
+        self.exporter = Exporter(
+            self.encoder.encode,
+            send,
+            capacity=config.max_queue_size,
+            batch=min(512, config.max_queue_size),
+            delay_s=config.schedule_delay_ms / 1000,
+            on_drop=on_drop,
+        )
 
     @classmethod
     def create(
@@ -234,7 +564,7 @@ class Tracing:
         """A tracer when tracing is wanted (`wanted`), else None (and then nothing is traced)."""
         if not wanted(config.endpoint, environ):
             return None
-        return cls(config, on_drop=on_drop)
+        return cls(config, environ=environ, on_drop=on_drop)
 
     def request(
         self,
@@ -247,29 +577,74 @@ class Tracing:
         stream: bool,
     ) -> RequestTrace:
         """Start the server span of one request, continuing the client's `traceparent`."""
-        parent = propagate.extract(headers)
         operation = OPERATIONS.get(api, api)
-        span = self.tracer.start_span(
-            f"{operation} {model}" if model else operation,
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes={
-                OPERATION: operation,
-                REQUEST_MODEL: model,
-                API: api,
-                STREAM: stream,
-                HTTP_METHOD: method,
-                HTTP_ROUTE: route,
-            },
+        name = f"{operation} {model}" if model else operation
+        attributes: dict[str, Any] = {
+            OPERATION: operation,
+            REQUEST_MODEL: model,
+            API: api,
+            STREAM: stream,
+            HTTP_METHOD: method,
+            HTTP_ROUTE: route,
+        }
+        parent = parse_traceparent(headers.get("traceparent"))
+        trace_state = ""
+        if parent is None:
+            trace_id, parent_id, sampled = _new_id(128), 0, True
+        else:
+            trace_id, parent_id, flags = parent
+            sampled = bool(flags & 1)
+            if headers.get("tracestate"):
+                trace_state = TraceState.from_header([headers["tracestate"]]).to_header()
+        if not self._parent_decides:
+            sampled, trace_state = self._sample(parent, trace_id, trace_state, name, attributes)
+        span = SpanRecord(
+            name,
+            SpanKind.SERVER,
+            trace_id,
+            parent_id,
+            attributes,
+            trace_state=trace_state,
+            remote_parent=parent is not None,
         )
-        return RequestTrace(self.tracer, span, operation, model)
+        return RequestTrace(self.exporter if sampled else None, span, operation, model)
+
+    def _sample(
+        self,
+        parent: tuple[int, int, int] | None,
+        trace_id: int,
+        trace_state: str,
+        name: str,
+        attributes: dict[str, Any],
+    ) -> tuple[bool, str]:
+        """The configured sampler's decision (a sampler other than the default)."""
+        context: Context | None = None
+        if parent is not None:
+            remote = SpanContext(
+                parent[0],
+                parent[1],
+                is_remote=True,
+                trace_flags=TraceFlags(parent[2]),
+                trace_state=TraceState.from_header([trace_state]) if trace_state else None,
+            )
+            context = set_span_in_context(NonRecordingSpan(remote))
+        result = self.sampler.should_sample(context, trace_id, name, SpanKind.SERVER, attributes)
+        if result.attributes:
+            attributes.update(result.attributes)
+        state = result.trace_state.to_header() if result.trace_state is not None else trace_state
+        return result.decision.is_sampled(), state  # type: ignore[no-untyped-call]
 
     def shutdown(self) -> None:
-        """Flush what is queued (bounded by the export timeout) and stop the worker thread."""
-        self._provider.shutdown()
+        """Send what is queued (each batch bounded by the export timeout) and stop the worker."""
+        self.exporter.shutdown()
+        sender = getattr(self, "_sender", None)
+        if sender is not None:
+            sender.close()
 
     def force_flush(self, timeout_ms: int = 5000) -> bool:
-        return self._provider.force_flush(timeout_ms)
+        """Send what is queued now; each batch is bounded by the export timeout, not `timeout_ms`
+        (kept for callers written against the SDK's signature)."""
+        return self.exporter.force_flush()
 
 
 CURRENT: ContextVar[RequestTrace | None] = ContextVar("toolsentry_trace", default=None)
@@ -278,21 +653,29 @@ CURRENT: ContextVar[RequestTrace | None] = ContextVar("toolsentry_trace", defaul
 
 class RequestTrace:
     """One request's spans. The turn says which attempt it is making (`attempt_kind`) and adds
-    violations; the upstream client opens a span per HTTP try (`upstream_try`)."""
+    violations; the upstream client opens a span per HTTP try (`upstream_try`). Not sampled
+    (`exporter` None), it still forwards the trace context and records nothing."""
 
-    def __init__(self, tracer: Tracer, span: Span, operation: str, model: str) -> None:
-        self._tracer = tracer
+    def __init__(
+        self, exporter: Exporter | None, span: SpanRecord, operation: str, model: str
+    ) -> None:
+        self._exporter = exporter
         self.span = span
         self._operation = operation
         self._model = model
         self._kind = "first"
         self._tries = 0
-        self._last_try: Span | None = None
+        self._last_try: SpanRecord | None = None
         self._ended = False
         self._response_model: str | None = None
         self._finish_reasons: list[str] = []
         self._tokens = [0, 0]
-        self._found: list[tuple[Span | None, Sequence[Violation], int]] = []
+        self._found: list[tuple[SpanRecord | None, Sequence[Violation], int]] = []
+
+    def _end(self, span: SpanRecord, end: int | None = None) -> None:
+        span.end = time.time_ns() if end is None else end
+        if self._exporter is not None:
+            self._exporter.add(span)
 
     def attempt_kind(self, kind: str) -> None:
         """The turn's next upstream call: "first", "reask", "shadow"; tries restart at 1."""
@@ -302,25 +685,31 @@ class RequestTrace:
     def upstream_try(self, provider: str, url: str, headers: dict[str, str]) -> AttemptSpan:
         """Open the span of one HTTP try and write its `traceparent` into `headers`."""
         self._tries += 1
-        kind = self._kind if self._tries == 1 else "retry"
-        span = self._tracer.start_span(
+        server = self.span
+        span = SpanRecord(
             f"{self._operation} {self._model}" if self._model else self._operation,
-            context=set_span_in_context(self.span),
-            kind=SpanKind.CLIENT,
-            attributes={
+            SpanKind.CLIENT,
+            server.trace_id,
+            server.span_id,
+            {
                 OPERATION: self._operation,
                 PROVIDER: provider,
                 REQUEST_MODEL: self._model,
-                ATTEMPT_KIND: kind,
+                ATTEMPT_KIND: self._kind if self._tries == 1 else "retry",
                 ATTEMPT_TRY: self._tries,
                 URL_FULL: url,
             },
+            trace_state=server.trace_state,
         )
         self._last_try = span
-        propagate.inject(headers, context=set_span_in_context(span, otel_context.Context()))
-        return AttemptSpan(span)
+        headers["traceparent"] = traceparent(
+            span.trace_id, span.span_id, self._exporter is not None
+        )
+        if span.trace_state:
+            headers["tracestate"] = span.trace_state
+        return AttemptSpan(self, span)
 
-    def checkpoint(self) -> Span | None:
+    def checkpoint(self) -> SpanRecord | None:
         """The span of the latest upstream try: the parent of the violations found in its answer."""
         return self._last_try
 
@@ -341,7 +730,7 @@ class RequestTrace:
         self,
         violations: Sequence[Violation],
         *,
-        parent: Span | None,
+        parent: SpanRecord | None,
         repaired: bool,
         decision: str,
         at: int | None = None,
@@ -352,7 +741,7 @@ class RequestTrace:
         (the request refused), `warn` (passed to the client as it came). Message bodies never go
         in: the tool name as called, the channel, the guard's short message and JSON pointers.
         """
-        context = set_span_in_context(parent or self.span)
+        under = parent or self.span
         if at is None:
             at = time.time_ns()
         for violation in violations:
@@ -374,14 +763,16 @@ class RequestTrace:
                 attributes[TARGET_ID] = violation.call_id
             if violation.pointers:
                 attributes[SCHEMA_POINTER] = list(violation.pointers)
-            span = self._tracer.start_span(
+            span = SpanRecord(
                 f"apply_guardrail {GUARDIAN_NAME}",
-                context=context,
-                kind=SpanKind.INTERNAL,
-                attributes=attributes,
-                start_time=at,
+                SpanKind.INTERNAL,
+                under.trace_id,
+                under.span_id,
+                attributes,
+                trace_state=under.trace_state,
+                start=at,
             )
-            span.end(end_time=at)
+            self._end(span, at)
 
     def answered(self, body: Mapping[str, Any]) -> None:
         """An upstream answer was read: its model, and its usage added to the request's (the
@@ -407,16 +798,16 @@ class RequestTrace:
     def name(self, model: str) -> None:
         """The request's model, once its body is read."""
         self._model = model
-        self.span.update_name(f"{self._operation} {model}")
-        self.span.set_attribute(REQUEST_MODEL, model)
+        self.span.name = f"{self._operation} {model}"
+        self.span.attributes[REQUEST_MODEL] = model
 
     def finish(self, status: int, attributes: Mapping[str, Any], error: str | None = None) -> None:
         """End the server span once, with the HTTP status and the turn's figures."""
         if self._ended:
             return
         self._ended = True
-        # One call: each set_attribute(s) call validates and locks on its own.
-        figures: dict[str, Any] = {HTTP_STATUS: status}
+        figures = self.span.attributes
+        figures[HTTP_STATUS] = status
         if self._response_model is not None:
             figures[RESPONSE_MODEL] = self._response_model
         if self._finish_reasons:
@@ -426,19 +817,19 @@ class RequestTrace:
         for key, value in attributes.items():
             if value is not None:
                 figures[key] = value
-        self.span.set_attributes(figures)
         if error is not None or status >= 500:
-            self.span.set_attribute(ERROR_TYPE, error or str(status))
-            self.span.set_status(Status(StatusCode.ERROR, error))
-        self.span.end()
+            figures[ERROR_TYPE] = error or str(status)
+            self.span.error = error or ""
+        self._end(self.span)
 
 
 class AttemptSpan:
     """One HTTP try to the upstream; ended once with its outcome."""
 
-    __slots__ = ("_ended", "span")
+    __slots__ = ("_ended", "_trace", "span")
 
-    def __init__(self, span: Span) -> None:
+    def __init__(self, trace: RequestTrace, span: SpanRecord) -> None:
+        self._trace = trace
         self.span = span
         self._ended = False
 
@@ -452,11 +843,12 @@ class AttemptSpan:
         if self._ended:
             return
         self._ended = True
+        figures = self.span.attributes
         if status is not None:
-            self.span.set_attribute(HTTP_STATUS, status)
+            figures[HTTP_STATUS] = status
         if attributes:
-            self.span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+            figures.update((k, v) for k, v in attributes.items() if v is not None)
         if error is not None or (status is not None and status >= 400):
-            self.span.set_attribute(ERROR_TYPE, error or str(status))
-            self.span.set_status(Status(StatusCode.ERROR, error))
-        self.span.end()
+            figures[ERROR_TYPE] = error or str(status)
+            self.span.error = error or ""
+        self._trace._end(self.span)

@@ -3,8 +3,10 @@ sends (`opentelemetry-proto`) into plain span records that tests can query."""
 
 from __future__ import annotations
 
+import gzip
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,12 +53,26 @@ class ReceivedSpan:
 class OTLPReceiver:
     spans: list[ReceivedSpan] = field(default_factory=list)
     requests: int = 0
+    headers: list[dict[str, str]] = field(default_factory=list)
+    refuse: list[int] = field(default_factory=list)
+    """Statuses to answer the next exports with, before taking any (a busy collector's 503)."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
     server: LoopbackServer | None = None
 
     def app(self) -> Starlette:
         async def traces(request: Request) -> Response:
-            payload = ExportTraceServiceRequest.FromString(await request.body())
+            with self._lock:
+                self.headers.append(dict(request.headers))
+                refused = self.refuse.pop(0) if self.refuse else None
+            if refused is not None:
+                return Response(status_code=refused)
+            raw = await request.body()
+            encoding = request.headers.get("content-encoding")
+            if encoding == "gzip":
+                raw = gzip.decompress(raw)
+            elif encoding == "deflate":
+                raw = zlib.decompress(raw)
+            payload = ExportTraceServiceRequest.FromString(raw)
             received = []
             for resource_spans in payload.resource_spans:
                 resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}

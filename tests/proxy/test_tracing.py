@@ -6,10 +6,24 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from proxy import tracing
 from proxy.guard.channels import Channel, Violation
-from proxy.tracing import Tracing, TracingConfig, traces_url, wanted
+from proxy.tracing import (
+    Encoder,
+    SpanRecord,
+    Tracing,
+    TracingConfig,
+    parse_traceparent,
+    traces_url,
+    wanted,
+)
 from tests.proxy.otlp_receiver import OTLPReceiver
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -138,3 +152,192 @@ def test_an_endpoint_that_is_down_drops_spans_and_counts_them() -> None:
     # Ten spans ended: each is either dropped at the full queue or lost at export; none vanish.
     assert drops["queue_full"] + drops["export_failed"] == 10
     assert drops["export_failed"] >= 1
+
+
+def sdk_span(record: SpanRecord, resource: Resource) -> ReadableSpan:
+    """The same span as the OpenTelemetry SDK holds it, for its exporter's encoder."""
+    context = SpanContext(
+        record.trace_id,
+        record.span_id,
+        is_remote=False,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        trace_state=TraceState.from_header([record.trace_state]) if record.trace_state else None,
+    )
+    parent = None
+    if record.parent_id:
+        parent = SpanContext(record.trace_id, record.parent_id, is_remote=record.remote_parent)
+    status = Status() if record.error is None else Status(StatusCode.ERROR, record.error or None)
+    return ReadableSpan(
+        record.name,
+        context=context,
+        parent=parent,
+        resource=resource,
+        # A span of the SDK never holds a None value: setting one is refused.
+        attributes={k: v for k, v in record.attributes.items() if v is not None},
+        kind=record.kind,
+        status=status,
+        start_time=record.start,
+        end_time=record.end,
+        instrumentation_scope=InstrumentationScope("toolsentry", None, tracing.SCHEMA_URL),
+    )
+
+
+def test_the_encoding_is_the_sdk_exporters_for_the_same_spans() -> None:
+    resource = Resource.create({"service.name": "toolsentry"})
+    server = SpanRecord(
+        "chat m",
+        SpanKind.SERVER,
+        int(CLIENT_TRACE, 16),
+        int(CLIENT_SPAN, 16),
+        {
+            tracing.OPERATION: "chat",
+            tracing.STREAM: False,
+            tracing.HTTP_STATUS: 502,
+            tracing.FINISH_REASONS: ["tool_calls", "stop"],
+            tracing.ERROR_TYPE: "upstream_error",
+            "big": 2**40,
+            "negative": -3,
+            "ratio": 0.25,
+            "long": "x" * 300,  # a length of two varint bytes
+            "unset": None,
+        },
+        trace_state="vendor=a,other=b",
+        remote_parent=True,
+    )
+    server.error = "upstream_error"
+    attempt = SpanRecord(
+        "chat m", SpanKind.CLIENT, server.trace_id, server.span_id, {tracing.ATTEMPT_TRY: 1}
+    )
+    attempt.error = ""  # ERROR without a description
+    guardrail = SpanRecord(
+        "apply_guardrail toolsentry",
+        SpanKind.INTERNAL,
+        server.trace_id,
+        attempt.span_id,
+        {tracing.SCHEMA_POINTER: ["/a", "/b/0"], tracing.REPAIRED: True, tracing.CALL_INDEX: 0},
+    )
+    root = SpanRecord("chat", SpanKind.SERVER, 0xABC, 0, {})
+    spans = [server, attempt, guardrail, root]
+    for span in spans:
+        span.end = span.start + 1_234_567
+    ours = Encoder(resource, "toolsentry", tracing.SCHEMA_URL).encode(spans)
+    sdk = encode_spans([sdk_span(s, resource) for s in spans])
+    assert ExportTraceServiceRequest.FromString(ours) == sdk
+    # Encoded twice (the second time from the cache of attribute fields), the same bytes.
+    assert Encoder(resource, "toolsentry", tracing.SCHEMA_URL).encode(spans) == ours
+
+
+def test_traceparent_is_read_as_w3c_trace_context_says() -> None:
+    assert parse_traceparent(f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01") == (
+        int(CLIENT_TRACE, 16),
+        int(CLIENT_SPAN, 16),
+        1,
+    )
+    assert parse_traceparent(f"01-{CLIENT_TRACE}-{CLIENT_SPAN}-00-later") is not None
+    for bad in (
+        None,
+        "",
+        f"ff-{CLIENT_TRACE}-{CLIENT_SPAN}-01",  # version ff is invalid
+        f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01-more",  # version 00 has four fields
+        f"00-{'0' * 32}-{CLIENT_SPAN}-01",
+        f"00-{CLIENT_TRACE}-{'0' * 16}-01",
+        f"00-{CLIENT_TRACE.upper()}-{CLIENT_SPAN}-01",
+        f"00-{CLIENT_TRACE[:-1]}-{CLIENT_SPAN}-01",
+    ):
+        assert parse_traceparent(bad) is None, bad
+
+
+def test_an_unsampled_client_trace_is_forwarded_and_nothing_is_recorded(
+    receiver: OTLPReceiver,
+) -> None:
+    tracer = make_tracing(receiver.endpoint, Counter())
+    trace = tracer.request(
+        api="chat",
+        model="m",
+        method="POST",
+        route="/v1/chat/completions",
+        headers={"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-00", "tracestate": "k=v"},
+        stream=False,
+    )
+    headers: dict[str, str] = {}
+    trace.upstream_try("local", "u", headers).finish(status=200)
+    trace.finish(200, {})
+    # A sampled request after it: what arrives is its spans alone.
+    tracer.request(
+        api="chat", model="m", method="POST", route="/", headers={}, stream=False
+    ).finish(200, {})
+    assert tracer.force_flush()
+    assert len(receiver.wait_for(1)) == 1
+    assert headers["traceparent"].startswith(f"00-{CLIENT_TRACE}-")
+    assert headers["traceparent"].endswith("-00")
+    assert headers["tracestate"] == "k=v"
+    tracer.shutdown()
+
+
+def test_the_sampler_of_the_standard_variables_decides(
+    receiver: OTLPReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    tracer = make_tracing(receiver.endpoint, Counter())
+    trace = tracer.request(
+        api="chat", model="m", method="POST", route="/", headers={}, stream=False
+    )
+    headers: dict[str, str] = {}
+    trace.upstream_try("local", "u", headers).finish(status=200)
+    trace.finish(200, {})
+    tracer.force_flush()
+    assert headers["traceparent"].endswith("-00")
+    assert receiver.requests == 0
+    tracer.shutdown()
+
+
+@pytest.mark.parametrize("compression", ["gzip", "deflate", "none"])
+def test_the_exporter_variables_set_headers_and_compression(
+    receiver: OTLPReceiver, compression: str
+) -> None:
+    environ = {
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{receiver.endpoint}/v1/traces",
+        "OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=acme,authorization=Bearer%20t0",
+        "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION": compression,
+    }
+    tracer = Tracing.create(TracingConfig(schedule_delay_ms=50), environ)
+    assert tracer is not None
+    tracer.request(
+        api="chat", model="m", method="POST", route="/", headers={}, stream=False
+    ).finish(200, {})
+    assert tracer.force_flush()
+    (span,) = receiver.wait_for(1)
+    assert span.attributes[tracing.OPERATION] == "chat"
+    sent = receiver.headers[-1]
+    assert sent["x-tenant"] == "acme"
+    assert sent["authorization"] == "Bearer t0"
+    assert sent["content-type"] == "application/x-protobuf"
+    assert sent.get("content-encoding") == (None if compression == "none" else compression)
+    tracer.shutdown()
+
+
+def test_a_busy_endpoint_is_retried_and_nothing_is_dropped(receiver: OTLPReceiver) -> None:
+    receiver.refuse.extend([503, 429])
+    drops: Counter[str] = Counter()
+    tracer = make_tracing(receiver.endpoint, drops)
+    tracer.request(
+        api="chat", model="m", method="POST", route="/", headers={}, stream=False
+    ).finish(200, {})
+    assert tracer.force_flush()
+    assert len(receiver.wait_for(1)) == 1
+    assert len(receiver.headers) == 3  # two refusals, then the export taken
+    assert not drops
+    tracer.shutdown()
+
+
+def test_an_endpoint_that_refuses_the_payload_is_not_retried(receiver: OTLPReceiver) -> None:
+    receiver.refuse.append(400)
+    drops: Counter[str] = Counter()
+    tracer = make_tracing(receiver.endpoint, drops)
+    tracer.request(
+        api="chat", model="m", method="POST", route="/", headers={}, stream=False
+    ).finish(200, {})
+    tracer.force_flush()
+    assert len(receiver.headers) == 1
+    assert drops == Counter({"export_failed": 1})
+    tracer.shutdown()
