@@ -47,7 +47,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from bench.overhead import load_average, machine, markdown_table
-from evalkit.summary import wilson_interval
+from evalkit.analysis.stats import wilson_interval
 from proxy.testing import LoopbackServer
 from tests.live.conftest import find_vllm, running_proxy
 from tests.live.scenarios import MODES as LIVE_MODES
@@ -107,6 +107,7 @@ class UpstreamCall:
     seconds: float
     first_byte_seconds: float
     completion_tokens: int | None
+    answer: str = ""  # a plain answer, in short: finish reason, content, calls
 
 
 @dataclass
@@ -172,8 +173,10 @@ class Relay:
             data = await resp.read()
             resp.release()
             call.seconds = time.monotonic() - started
-            with contextlib.suppress(ValueError, AttributeError, TypeError):
-                call.completion_tokens = json.loads(data)["usage"]["completion_tokens"]
+            with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError, IndexError):
+                answer = json.loads(data)
+                call.completion_tokens = answer["usage"]["completion_tokens"]
+                call.answer = _answer_summary(answer["choices"][0])
             return Response(data, status_code=resp.status, media_type=kind)
 
         async def models(request: Request) -> Response:
@@ -190,6 +193,20 @@ class Relay:
             ],
             lifespan=lifespan,
         )
+
+
+def _answer_summary(choice: dict[str, object]) -> str:
+    """A chat choice in one short line: its finish reason, content and calls."""
+    message = choice.get("message")
+    message = message if isinstance(message, dict) else {}
+    calls = [
+        f"{(c.get('function') or {}).get('name')}({(c.get('function') or {}).get('arguments')})"
+        for c in message.get("tool_calls") or []
+        if isinstance(c, dict)
+    ]
+    content = message.get("content") or ""
+    text = f"{choice.get('finish_reason')}: content {json.dumps(content)[:160]}"
+    return text + (f"; calls {', '.join(calls)[:200]}" if calls else "")
 
 
 @dataclass
@@ -422,6 +439,31 @@ def render(
         markdown_table(header, [[a, b, c, str(n)] for (a, b, c), n in sorted(asked.items())]),
         "",
     ]
+    lines += [
+        "## Re-asks that left the request invalid: what was asked and what came back",
+        "",
+        "The upstream's own answer (before the proxy checked it) to each re-ask of a request whose "
+        "client still got an invalid call.",
+        "",
+    ]
+    header = ["arm", "prompt", "mode", "tool_choice of the re-ask", "parallel", "answer"]
+    body = []
+    for r in results:
+        for o in r.outcomes:
+            if not o.invalid:
+                continue
+            for c in o.calls:
+                if c.reask:
+                    choice = (
+                        c.tool_choice["function"]["name"]
+                        if isinstance(c.tool_choice, dict)
+                        else str(c.tool_choice)
+                    )
+                    shown = c.answer.replace("|", "\\|") or "–"
+                    body.append(
+                        [r.arm.name, o.prompt, o.mode, choice, str(c.parallel_tool_calls), shown]
+                    )
+    lines += [markdown_table(header, body) if body else "None.", ""]
     lines += ["## Every request", ""]
     header = ["arm", "prompt", "mode", "violations", "repairs", "upstream calls", "s", "client got"]
     body = []

@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from proxy.guard.channels import Channel, Violation
 from proxy.guard.strict import StrictForm, strict_form
-from proxy.guard.toolcheck import ToolIndex
+from proxy.guard.toolcheck import ToolIndex, written_calls
 
 NOT_EXECUTED: Final = (
     "Not executed: another tool call in the same message was invalid. "
@@ -250,8 +250,9 @@ def plan_reask(
     - The request names a tool: that tool, strict.
     - The message meant exactly one call and its tool is clear — a schema violation, malformed
       arguments or a truncated call to a declared tool, an unknown name with exactly one close
-      match, a leaked call naming a declared tool (or one close match), a call a named
-      `tool_choice` did not allow: that tool, named and strict.
+      match, a leaked call naming a declared tool (or one close match; the same call written
+      again and again counts once), a call a named `tool_choice` did not allow: that tool,
+      named and strict.
     - Otherwise (several calls, no clear tool, an empty answer, a required call not made):
       `"required"`, every declared tool strict, and one call only unless several were meant.
     - No tools declared: the request's own `tool_choice` (a plain re-ask).
@@ -350,10 +351,16 @@ def _named_choice(tool_choice: object) -> str | None:
 def _intended_tools(
     message: Mapping[str, Any], violations: Sequence[Violation], index: ToolIndex
 ) -> list[str | None]:
-    """The tool each call of the message meant (None where unclear), message-level intents after."""
+    """The tool each call of the message meant (None where unclear), message-level intents after.
+
+    A call cut off at the token limit after calls made whole is left out: the answer had no room
+    for it, and a re-ask that allows several calls runs into the same limit (a small model
+    writes call after call until it is cut off; seen on the CPU vLLM).
+    """
     calls = _calls_of(dict(message))
     per_call = {v.call_index: v for v in violations if v.call_index is not None}
     intents: list[str | None] = []
+    cut_off: list[str | None] = []
     for position, call in enumerate(calls):
         name = _name_of(call)
         violation = per_call.get(position)
@@ -361,16 +368,52 @@ def _intended_tools(
             intents.append(name if index.has(name) else None)
         elif violation.channel is Channel.UNKNOWN_TOOL:
             intents.append(closest_tool_name(name, index.names) if name else None)
+        elif violation.channel is Channel.TRUNCATED:
+            cut_off.append(name if index.has(name) else None)
         elif violation.channel in _CALL_CHANNELS_WITH_A_TOOL:
             intents.append(name if index.has(name) else None)
         else:
             intents.append(None)
+    written: list[Violation] = []
     for violation in violations:
         if violation.call_index is not None and 0 <= violation.call_index < len(calls):
             continue
-        # a leaked or cut-off call, a required call not made, an empty answer
-        unclear = violation.channel is Channel.EMPTY_RESPONSE
-        intents.append(None if unclear else _declared_or_close(violation.tool_name, index))
+        if violation.channel is Channel.TRUNCATED:  # a call written as text, cut off
+            cut_off.append(_declared_or_close(violation.tool_name, index))
+        elif violation.format is not None:  # a call written as text, whole
+            written.append(violation)
+        else:  # a required call not made, an empty answer
+            unclear = violation.channel is Channel.EMPTY_RESPONSE
+            intents.append(None if unclear else _declared_or_close(violation.tool_name, index))
+    intents += _written_intents(message, written, index)
+    return intents if intents else cut_off
+
+
+def _written_intents(
+    message: Mapping[str, Any], written: Sequence[Violation], index: ToolIndex
+) -> list[str | None]:
+    """The tools the calls written whole as text (`written`) meant, a call written again counted
+    once.
+
+    A small model that writes its call as text often writes it again and again (until the token
+    limit cuts it off; seen on the CPU vLLM): one call, not several. Calls to one tool with
+    different arguments are different calls; a call whose name cannot be read counts on its own.
+    """
+    arguments: dict[str, set[str]] = {}
+    for leak, _ in written_calls(message):
+        if leak.complete and leak.arguments is not None:
+            text = json.dumps(leak.arguments, sort_keys=True, ensure_ascii=False)
+            arguments.setdefault(leak.name, set()).add(text)
+    intents: list[str | None] = []
+    seen: set[str] = set()
+    for violation in written:
+        name = violation.tool_name
+        if not name:
+            intents.append(None)
+        elif name not in seen:
+            seen.add(name)
+            tool = _declared_or_close(name, index)
+            intents += [tool] * max(1, len(arguments.get(name, ())))
     return intents
 
 

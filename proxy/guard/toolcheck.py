@@ -33,7 +33,7 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -234,7 +234,7 @@ def validate(
         index = compile_tools(tools)
     raw_calls = message.get("tool_calls")
     calls: list[object] = raw_calls if isinstance(raw_calls, list) else []
-    leaks = _leaks(message) if index.names else []
+    leaks = written_calls(message, calls) if index.names else []
     # An answer left empty because the call went into the reasoning is that leak, not silence.
     if not calls and _is_blank(message) and not leaks:
         return [
@@ -249,8 +249,6 @@ def validate(
             violations.append(found)
     leaked = 0
     for leak, in_reasoning in leaks:
-        if _echoes_a_parsed_call(leak, calls):
-            continue  # the server parsed this call and also left its text behind
         leaked += 1
         where = "the reasoning" if in_reasoning else "the content"
         name, fmt = _clip(leak.name), leak.format
@@ -327,8 +325,15 @@ REASONING_FIELDS: Final = ("reasoning_content", "reasoning")
 """Where a chat message carries its reasoning: vLLM's older and newer field names."""
 
 
-def _leaks(message: Mapping[str, Any]) -> list[tuple[LeakedCall, bool]]:
-    """The calls written as text in the message's content, then in its reasoning (True)."""
+def written_calls(
+    message: Mapping[str, Any], calls: Sequence[object] | None = None
+) -> list[tuple[LeakedCall, bool]]:
+    """The calls written as text in the message's content, then in its reasoning (True): the
+    leaks `validate` reports. A text that echoes one of the parsed `calls` (default: the
+    message's `tool_calls`) is left out: the server parsed that call and left its text behind."""
+    if calls is None:
+        raw = message.get("tool_calls")
+        calls = raw if isinstance(raw, list) else []
     content = message.get("content")
     answer = content if isinstance(content, str) else None
     found = [(leak, False) for leak in find_leaked_calls(answer)]
@@ -336,10 +341,10 @@ def _leaks(message: Mapping[str, Any]) -> list[tuple[LeakedCall, bool]]:
         reasoning = message.get(key)
         if isinstance(reasoning, str):
             found += [(leak, True) for leak in find_leaked_calls_in_reasoning(reasoning)]
-    return found
+    return [(leak, where) for leak, where in found if not _echoes_a_parsed_call(leak, calls)]
 
 
-def _echoes_a_parsed_call(leak: LeakedCall, calls: list[object]) -> bool:
+def _echoes_a_parsed_call(leak: LeakedCall, calls: Sequence[object]) -> bool:
     for call in calls:
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or function.get("name") != leak.name:

@@ -475,6 +475,72 @@ def test_a_leaked_call_cut_off_at_the_token_limit_is_named_after_its_tool(index:
     assert plan_reask(message, violations, index).tool_choice == named("get_order_details")
 
 
+LEAKED_LOOKUP = '<tool_call>\n{"name": "get_order_details", "arguments": {"order_id": "#W1234567"}}\n</tool_call>'
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        # written whole, then again until the token limit cut it off (the CPU vLLM's answer)
+        LEAKED_LOOKUP + LEAKED_LOOKUP + '<tool_call>\n{"name": "get_order_details", "argum',
+        LEAKED_LOOKUP + "\n" + LEAKED_LOOKUP,
+    ],
+    ids=["repeated-then-cut-off", "repeated"],
+)
+def test_one_call_written_again_and_again_is_reasked_as_that_one_tool_named(
+    content: str, index: ToolIndex
+) -> None:
+    message = make_message(content=content)
+    violations = validate(message, None, "required", index=index, finish_reason="length")
+    assert len(violations) >= 2
+    plan = plan_reask(message, violations, index, "required")
+    assert plan.tool_choice == named("get_order_details")
+    assert plan.single_call
+    assert set(plan.strict) == {"get_order_details"}
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        # the CPU vLLM's answer to `required`: a call written whole, another cut off
+        make_message(content=LEAKED_LOOKUP + '<tool_call>\n{"name": "cancel_pending_order'),
+        make_message(
+            make_call("get_order_details", {"order_id": "#W1234567"}),
+            make_call("cancel_pending_order", '{"order_id": "#W12'),
+        ),
+    ],
+    ids=["written", "parsed"],
+)
+def test_a_call_cut_off_after_a_whole_one_is_left_out_of_what_was_meant(
+    message: dict[str, Any], index: ToolIndex
+) -> None:
+    violations = validate(message, None, "required", index=index, finish_reason="length")
+    assert Channel.TRUNCATED in [v.channel for v in violations]
+    plan = plan_reask(message, violations, index, "required")
+    assert plan.tool_choice == named("get_order_details")
+    assert plan.single_call
+
+
+def test_calls_written_as_text_to_one_tool_with_different_arguments_are_several_calls(
+    index: ToolIndex,
+) -> None:
+    other = LEAKED_LOOKUP.replace("#W1234567", "#W7654321")
+    plan = plan_for(make_message(content=LEAKED_LOOKUP + "\n" + other), index)
+    assert plan.tool_choice == "required"
+    assert plan.reason == "2 calls were meant"
+    assert not plan.single_call
+
+
+def test_calls_written_as_text_whose_names_cannot_be_read_count_one_each(index: ToolIndex) -> None:
+    unnamed = '<tool_call>\n{"name": "", "arguments": {}}\n</tool_call>'
+    message = make_message(content=unnamed + "\n" + unnamed)
+    violations = validate(message, None, index=index)
+    assert [v.tool_name for v in violations] == [None, None]
+    plan = plan_reask(message, violations, index)
+    assert plan.tool_choice == "required"
+    assert not plan.single_call
+
+
 def test_an_empty_answer_is_reasked_with_required(index: ToolIndex) -> None:
     plan = plan_for(make_message(content=""), index)
     assert plan.tool_choice == "required"
