@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
+import anthropic
+import openai
 import pytest
 
 from proxy.testing import Fault, answer, call, completion, tool_call
 from tests.proxy.builders import RETAIL_TOOLS, make_request, make_tool
 from tests.proxy.conftest import RunningProxy, RunningUpstream
 from tests.proxy.metrics_text import metric
+from tests.proxy.system.support import ProxyProcess
 
 VALID_CANCEL = tool_call("cancel_pending_order", {"order_id": "#W1", "reason": "no longer needed"})
 REFUSAL = Fault(
@@ -344,3 +348,129 @@ def test_a_responses_reask_asks_in_the_responses_form(
     strict = [t["name"] for t in reask["tools"] if t.get("strict") is True]
     assert strict == ["cancel_pending_order"]
     assert reask["tools"][-1] == {"type": "web_search"}
+
+
+def test_a_messages_reask_asks_in_anthropics_form(
+    constrain: RunningProxy, upstream: RunningUpstream
+) -> None:
+    bash = {
+        "name": "Bash",
+        "input_schema": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}, "timeout": {"type": "integer"}},
+            "required": ["command"],
+        },
+    }
+    web_search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 2}
+    upstream.script.push(
+        answer(None, call("Bash", {"cmd": "ls"}, id="toolu_bad")),
+        answer(None, call("Bash", {"command": "ls", "timeout": None}, id="toolu_ok")),
+    )
+    client = anthropic.Anthropic(base_url=constrain.server.url, api_key="k", max_retries=0)
+    constrain.clients.append(client)
+    raw = client.messages.with_raw_response.create(
+        model="scripted-model",
+        max_tokens=256,
+        messages=[{"role": "user", "content": "List the files here."}],
+        tools=[bash, web_search],  # type: ignore[list-item]
+    )
+    (block,) = raw.parse().content
+    assert (block.type, block.name, block.input) == ("tool_use", "Bash", {"command": "ls"})
+    assert raw.headers["x-toolsentry-violations"] == "schema_violation"
+    assert raw.headers["x-toolsentry-repairs"] == "1"
+    first, reask = upstream.script.requests
+    assert "tool_choice" not in first
+    assert reask["tool_choice"] == {
+        "type": "tool",
+        "name": "Bash",
+        "disable_parallel_tool_use": True,
+    }
+    strict_bash, server_tool = reask["tools"]
+    assert strict_bash["strict"] is True
+    assert strict_bash["input_schema"]["additionalProperties"] is False
+    assert sorted(strict_bash["input_schema"]["required"]) == ["command", "timeout"]
+    assert server_tool == web_search  # a server tool is left as declared
+    assert reask["messages"][-1]["content"][0]["type"] == "tool_result"
+
+
+LEAKED_CANCEL = (
+    '<tool_call>\n{"name": "cancel_pending_order", "arguments": {"order_id": "#W1", '
+    '"reason": "no longer needed"}}\n</tool_call>'
+)
+
+
+def test_a_call_written_as_text_again_and_again_is_reasked_as_one_named_call(
+    constrain: RunningProxy, upstream: RunningUpstream
+) -> None:
+    # what the CPU vLLM answers to `required`: the call written out, again, then cut off
+    repeated = completion(
+        LEAKED_CANCEL + LEAKED_CANCEL + '<tool_call>\n{"name": "cancel_pending_order", "argu',
+        finish_reason="length",
+    )
+    upstream.script.push(repeated, completion(tool_calls=[VALID_CANCEL]))
+    raw = chat(constrain, "s-leaked", make_request(tool_choice="required"))
+    assert raw.headers["x-toolsentry-violations"] == "leaked_tool_call,truncated"
+    assert raw.headers["x-toolsentry-repairs"] == "3"
+    reask = upstream.script.requests[1]
+    assert reask["tool_choice"] == named("cancel_pending_order")
+    assert reask["parallel_tool_calls"] is False
+    assert list(strict_tools(reask)) == ["cancel_pending_order"]
+    assert reask["messages"][-1]["role"] == "user"  # a leaked call has no id to answer
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_serve_repair_constrain_falls_back_against_a_server_without_structured_outputs(
+    upstream: RunningUpstream, tmp_path: Path, stream: bool
+) -> None:
+    """A real `toolsentry serve --repair constrain` process in front of a server that answers
+    the constrained fields with a 400 naming them (as servers without structured outputs do)."""
+    bad = tool_call("cancel_pending_order", {"order_id": "#W1"})
+
+    def without_structured_outputs(request: dict[str, Any]) -> Any:
+        if strict_tools(request) or request.get("tool_choice") not in (None, "auto"):
+            return REFUSAL
+        if len(request["messages"]) == 2:  # the client's own request
+            return completion(tool_calls=[bad])
+        return completion(tool_calls=[VALID_CANCEL])
+
+    upstream.script.handler = without_structured_outputs
+    proxy = ProxyProcess(upstream.base_url, tmp_path / "serve.log", "--repair", "constrain")
+    proxy.wait_ready()
+    try:
+        with openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0) as client:
+            for session in ("first", "second"):
+                if stream:
+                    with client.chat.completions.create(
+                        **make_request(), stream=True, extra_headers={"x-session-id": session}
+                    ) as events:
+                        parts = streamed_calls(events)
+                    names = [p.function.name for p in parts if p.function.name]
+                    arguments = "".join(p.function.arguments or "" for p in parts)
+                else:
+                    message = (
+                        client.chat.completions.create(
+                            **make_request(), extra_headers={"x-session-id": session}
+                        )
+                        .choices[0]
+                        .message
+                    )
+                    names = [c.function.name for c in message.tool_calls or []]
+                    arguments = "".join(c.function.arguments for c in message.tool_calls or [])
+                assert names == ["cancel_pending_order"]
+                assert json.loads(arguments)["reason"] == "no longer needed"
+                assert proxy.session(session)["errors"] == 0
+        text = proxy.metrics()
+    finally:
+        proxy.stop()
+    # first request: the client's, the refused constrained re-ask, the plain one; second: plain
+    asked = [(bool(strict_tools(r)), r.get("tool_choice")) for r in upstream.script.requests]
+    assert asked == [
+        (False, None),
+        (True, named("cancel_pending_order")),
+        (False, None),
+        (False, None),
+        (False, None),
+    ]
+    assert metric(text, "toolsentry_repairs_total", **REPAIRS, result="fallback") == 1
+    assert metric(text, "toolsentry_repairs_total", **REPAIRS, result="success") == 2
+    assert "structured_outputs_refused" in (tmp_path / "serve.log").read_text()
