@@ -109,6 +109,14 @@ class UpstreamCall:
     completion_tokens: int | None
     answer: str = ""  # a plain answer, in short: finish reason, content, calls
 
+    @property
+    def choice_name(self) -> str:
+        """The call's tool_choice in short: the named tool, or the mode."""
+        choice = self.tool_choice
+        if isinstance(choice, dict):
+            return str((choice.get("function") or {}).get("name"))
+        return str(choice)
+
 
 @dataclass
 class Relay:
@@ -428,12 +436,8 @@ def render(
         for o in r.outcomes:
             for c in o.calls:
                 if c.reask:
-                    choice = (
-                        c.tool_choice["function"]["name"]
-                        if isinstance(c.tool_choice, dict)
-                        else str(c.tool_choice)
-                    )
-                    asked[(r.arm.name, choice, "strict: " + (", ".join(c.strict) or "none"))] += 1
+                    strict = "strict: " + (", ".join(c.strict) or "none")
+                    asked[(r.arm.name, c.choice_name, strict)] += 1
     header = ["arm", "tool_choice of the re-ask", "strict tools", "re-asks"]
     lines += [
         markdown_table(header, [[a, b, c, str(n)] for (a, b, c), n in sorted(asked.items())]),
@@ -454,11 +458,7 @@ def render(
                 continue
             for c in o.calls:
                 if c.reask:
-                    choice = (
-                        c.tool_choice["function"]["name"]
-                        if isinstance(c.tool_choice, dict)
-                        else str(c.tool_choice)
-                    )
+                    choice = c.choice_name
                     shown = c.answer.replace("|", "\\|") or "–"
                     body.append(
                         [r.arm.name, o.prompt, o.mode, choice, str(c.parallel_tool_calls), shown]
