@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import jsonschema
+import pytest
 from openai import OpenAI
 from openai.types.chat import ChatCompletionChunk
 from prometheus_client.parser import text_string_to_metric_families
@@ -416,9 +417,31 @@ def assert_reported_and_counted(
         assert metrics[labels(api=api, model=MODEL, channel=channel)] >= 1
 
 
-def sweep(
-    send: Callable[[Prompt, str, bool, str], Received], proxy_url: str, *, api: str
-) -> tuple[Counter[str], list[str]]:
+Send = Callable[[Prompt, str, bool, str], Received]
+"""A suite's way to send a prompt through the proxy: (prompt, choice, stream, session)."""
+
+
+def each_turn(test: Callable[..., None]) -> Callable[..., None]:
+    """`test` run for the prompts checked one by one (`prompt`), each tool_choice (`choice`),
+    plain and streamed (`stream`)."""
+    prompts = [p for p in PROMPTS if p.name in ("cancel", "undeclared_tool")]
+    test = pytest.mark.parametrize("prompt", prompts, ids=lambda p: p.name)(test)
+    test = pytest.mark.parametrize("choice", ["auto", "required", "named"])(test)
+    return pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])(test)
+
+
+def check_turn(
+    send: Send, proxy_url: str, prompt: Prompt, choice: str, stream: bool, *, api: str
+) -> None:
+    """One request through the proxy: what the client received is valid or reported, and what
+    is reported is counted under `api`."""
+    session = f"live-{api}-{uuid.uuid4().hex[:12]}"
+    received = send(prompt, choice, stream, session)
+    assert unreported(received, prompt.tools, tool_choice_for(prompt, choice)) == []
+    assert_reported_and_counted(proxy_url, session, received, api=api)
+
+
+def sweep(send: Send, proxy_url: str, *, api: str) -> tuple[Counter[str], list[str]]:
     """Every prompt in every mode through `send` (prompt, choice, stream, session), each turn
     checked as reported and counted under `api`: the channels reported, and the failures the
     client received that no report accounts for."""

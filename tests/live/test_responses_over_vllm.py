@@ -10,7 +10,6 @@ the session and in `/metrics` under `api="responses"`.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
@@ -25,10 +24,10 @@ from tests.live.scenarios import (
     SUMMARY_PREFIX,
     Prompt,
     Received,
-    assert_reported_and_counted,
+    check_turn,
+    each_turn,
     sweep,
     tool_choice_for,
-    unreported,
 )
 
 pytestmark = pytest.mark.vllm
@@ -150,18 +149,11 @@ def send(
     return as_received(headers, final, summary)
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-@pytest.mark.parametrize("choice", ["auto", "required", "named"])
-@pytest.mark.parametrize(
-    "prompt", [p for p in PROMPTS if p.name in ("cancel", "undeclared_tool")], ids=lambda p: p.name
-)
+@each_turn
 def test_every_function_call_the_responses_client_receives_is_valid_or_reported(
     client: openai.OpenAI, proxy_url: str, prompt: Prompt, choice: str, stream: bool
 ) -> None:
-    session = f"live-responses-{uuid.uuid4().hex[:12]}"
-    received = send(client, prompt, choice, stream, session)
-    assert unreported(received, prompt.tools, tool_choice_for(prompt, choice)) == []
-    assert_reported_and_counted(proxy_url, session, received, api="responses")
+    check_turn(partial(send, client), proxy_url, prompt, choice, stream, api="responses")
 
 
 def test_responses_per_channel_summary(
