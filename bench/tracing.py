@@ -7,12 +7,14 @@ sends to a receiver in a third process that decodes nothing. The figures are CPU
 proxy's process per request (`time.process_time`, every thread: the exporter's thread is counted
 too) and the median wall time of a request at concurrency 1. Arms alternate round by round, so a
 noisy neighbour lands on all of them; the table gives medians over rounds with their min–max,
-and what tracing on adds beside off (and off beside the commit before).
+and each arm beside tracing off.
 
-    python -m bench.tracing [--rounds 5] [--requests 1500] [--baseline REV]
+    python -m bench.tracing [--rounds 5] [--requests 1500] [--baseline REV] [--baseline-on REV]
 
 `--baseline REV` adds the proxy at commit REV (a temporary git worktree) as an arm: tracing off
-against it says what the hooks cost when nothing is traced. Results: bench/results/tracing.md.
+beside it says what the hooks cost when nothing is traced. `--baseline-on REV` adds REV's proxy
+with tracing on (REV must have tracing): what a change to tracing saved. Both may be repeated.
+Results: bench/results/tracing.md.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -116,6 +119,58 @@ def measure(upstream_port: int, endpoint: str | None, requests: int) -> dict[str
     return result
 
 
+def tracer_work_us(requests: int = 2000, repeat: int = 7) -> tuple[float, float]:
+    """The tracer's own CPU µs per traced chat request, in this process (min over repeats): on
+    the calling thread (what the event loop pays), and in all with the batch's encoding. The
+    calls are the ones a valid chat request makes (a server span, one try, no violation); the
+    batch goes to a sender that keeps nothing, so no HTTP is in it."""
+    from proxy import tracing
+    from proxy.tracing import Tracing, TracingConfig
+
+    config = TracingConfig(schedule_delay_ms=3_600_000, max_queue_size=4 * requests)
+    tracer = Tracing(config, send=lambda payload: True)
+    headers = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    answer = {"model": "bench-model", "usage": {"prompt_tokens": 880, "completion_tokens": 40}}
+    figures = {
+        tracing.STREAM: False,
+        tracing.CONVERSATION: "fp-0123456789abcdef",
+        tracing.SESSION_ERRORS: 0,
+        tracing.SESSION_MAX_ERRORS: 10,
+        tracing.SESSION_EXHAUSTED: False,
+        tracing.REPAIRS: 0,
+        tracing.VIOLATIONS: None,
+    }
+
+    def one() -> None:
+        trace = tracer.request(
+            api="chat",
+            model="",
+            method="POST",
+            route="/v1/chat/completions",
+            headers=headers,
+            stream=False,
+        )
+        trace.name("bench-model")
+        sent: dict[str, str] = {}
+        trace.upstream_try("bench", "http://127.0.0.1:8001/v1/chat/completions", sent).finish(
+            status=200
+        )
+        trace.answered(answer)
+        trace.finish_reason("tool_calls")
+        trace.finish(200, figures)
+
+    on_thread, in_all = [], []
+    for _ in range(repeat):
+        thread, process = time.thread_time(), time.process_time()
+        for _ in range(requests):
+            one()
+        on_thread.append((time.thread_time() - thread) / requests * 1e6)
+        tracer.force_flush()
+        in_all.append((time.process_time() - process) / requests * 1e6)
+    tracer.shutdown()
+    return min(on_thread), min(in_all)
+
+
 def child_main(args: argparse.Namespace) -> None:
     endpoint = args.endpoint or None
     print(json.dumps(measure(args.upstream_port, endpoint, args.requests)))
@@ -141,40 +196,52 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} ({min(values):.1f}–{max(values):.1f})"
 
 
-def summarise(samples: dict[str, list[dict[str, float]]], before: str | None) -> list[str]:
-    """The table: each arm's medians over rounds (min–max), and what each costs beside the
-    arm it adds to (on beside off, off beside the commit before)."""
+def summarise(samples: dict[str, list[dict[str, float]]]) -> list[str]:
+    """The table: each arm's medians over rounds (min–max), and each beside tracing off."""
     med = {
         name: {k: statistics.median(r[k] for r in rows) for k in ("cpu_us", "wall_p50_us")}
         for name, rows in samples.items()
     }
-    beside = {"tracing on": "tracing off"}
-    if before is not None:
-        beside["tracing off"] = before
+    off = med[OFF]
     lines = [
         "| arm | CPU µs / request, median (min–max) | wall p50 µs at c1, median (min–max) "
-        "| added CPU | added wall p50 |",
+        "| CPU beside tracing off | wall p50 beside tracing off |",
         "|---|---|---|---|---|",
     ]
     for name, rows in samples.items():
-        added = ["", ""]
-        if name in beside:
-            base = med[beside[name]]
-            cpu = med[name]["cpu_us"] - base["cpu_us"]
-            wall = med[name]["wall_p50_us"] - base["wall_p50_us"]
-            added = [f"{cpu:+.1f} µs vs {beside[name]}", f"{wall:+.1f} µs vs {beside[name]}"]
+        cpu = med[name]["cpu_us"] - off["cpu_us"]
+        wall = med[name]["wall_p50_us"] - off["wall_p50_us"]
+        beside = "" if name == OFF else f"| {cpu:+.1f} µs | {wall:+.1f} µs |"
         lines.append(
             f"| {name} | {_spread([r['cpu_us'] for r in rows])} "
-            f"| {_spread([r['wall_p50_us'] for r in rows])} | {added[0]} | {added[1]} |"
+            f"| {_spread([r['wall_p50_us'] for r in rows])} {beside or '| | |'}"
         )
     return lines
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    tree: Path
+    traced: bool
+
+
+OFF, ON = "tracing off", "tracing on"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=1500, help="per arm and round")
-    parser.add_argument("--baseline", help="a commit whose proxy runs as one more arm")
+    parser.add_argument(
+        "--baseline", action="append", default=[], help="a commit whose proxy runs as an arm"
+    )
+    parser.add_argument(
+        "--baseline-on",
+        action="append",
+        default=[],
+        help="a commit whose proxy runs as an arm with tracing on",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--upstream-port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
@@ -185,23 +252,22 @@ def main() -> None:
 
     started, load_before = datetime.now(UTC), load_average()
     command = "python -m bench.tracing " + " ".join(sys.argv[1:])
-    before = f"before ({args.baseline[:10]})" if args.baseline else None
     upstream_port, receiver_port = free_port(), free_port()
     endpoint = f"http://127.0.0.1:{receiver_port}"
-    samples: dict[str, list[dict[str, float]]] = {"tracing off": [], "tracing on": []}
     with tempfile.TemporaryDirectory(prefix="toolsentry-baseline-") as tmp:
-        trees = {"tracing off": ROOT, "tracing on": ROOT}
-        if args.baseline:
-            base = Path(tmp) / "tree"
+        trees: dict[str, Path] = {}
+        for rev in dict.fromkeys([*args.baseline, *args.baseline_on]):
+            trees[rev] = Path(tmp) / rev
             subprocess.run(
-                ["git", "worktree", "add", "--detach", str(base), args.baseline],
+                ["git", "worktree", "add", "--detach", str(trees[rev]), rev],
                 cwd=ROOT,
                 check=True,
                 capture_output=True,
             )
-            assert before is not None
-            trees = {before: base, **trees}
-            samples = {before: [], **samples}
+        arms = [Arm(f"before ({rev[:10]})", trees[rev], False) for rev in args.baseline]
+        arms += [Arm(f"before ({rev[:10]}), {ON}", trees[rev], True) for rev in args.baseline_on]
+        arms += [Arm(OFF, ROOT, False), Arm(ON, ROOT, True)]
+        samples: dict[str, list[dict[str, float]]] = {arm.name: [] for arm in arms}
         try:
             with (
                 process(
@@ -216,20 +282,23 @@ def main() -> None:
             ):
                 for round_no in range(1, args.rounds + 1):
                     print(f"round {round_no}/{args.rounds}")
-                    for name, tree in trees.items():
-                        on = endpoint if name == "tracing on" else None
-                        samples[name].append(run_arm(name, tree, upstream_port, on, args.requests))
+                    for arm in arms:
+                        on = endpoint if arm.traced else None
+                        figures = run_arm(arm.name, arm.tree, upstream_port, on, args.requests)
+                        samples[arm.name].append(figures)
         finally:
-            if args.baseline:
+            for tree in trees.values():
                 subprocess.run(
-                    ["git", "worktree", "remove", "--force", str(Path(tmp) / "tree")],
+                    ["git", "worktree", "remove", "--force", str(tree)],
                     cwd=ROOT,
                     check=False,
                     capture_output=True,
                 )
+    on_loop, in_all = tracer_work_us()
     load_after = load_average()
-    table = summarise(samples, before)
+    table = summarise(samples)
     print("\n".join(table))
+    print(f"tracer's own work per request: {on_loop:.1f} µs on the loop, {in_all:.1f} µs in all")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
         "# Tracing's cost (python -m bench.tracing)\n\n"
@@ -241,7 +310,9 @@ def main() -> None:
         "client → bench.fake_upstream; tracing on exports every span over OTLP/HTTP to a receiver "
         "in another process. CPU is the proxy process's, every thread (the exporter's too).\n\n"
         + "\n".join(table)
-        + "\n",
+        + "\n\nThe tracer's own work per traced chat request, in-process and without HTTP "
+        f"(`tracer_work_us`, min of 7 × 2000): {on_loop:.1f} µs CPU on the event loop's thread, "
+        f"{in_all:.1f} µs with the worker's encoding of its spans.\n",
         encoding="utf-8",
     )
     print(f"wrote {RESULTS.relative_to(ROOT)}")
