@@ -241,10 +241,18 @@ def test_a_receiver_stopped_mid_run_changes_no_response_and_drops_are_counted(
 
 
 def test_without_an_endpoint_nothing_is_traced_and_the_clients_traceparent_passes_through(
-    proxy: RunningProxy, upstream: RunningUpstream
+    proxy: RunningProxy, upstream: RunningUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    upstream.script.push(VALID)
-    assert post(proxy, make_request()).status_code == 200
+    def traced(*args: object, **kwargs: object) -> None:
+        raise AssertionError("tracing work with tracing off")
+
+    # Off, no span is built and no request trace begun: either would fail the request.
+    monkeypatch.setattr(tracing.SpanRecord, "__init__", traced)
+    monkeypatch.setattr(tracing.RequestTrace, "__init__", traced)
+    upstream.script.push(HALLUCINATED, VALID)
+    response = post(proxy, make_request())
+    assert response.status_code == 200
+    assert response.headers["x-toolsentry-repairs"] == "1"
     assert proxy.app.state.pipeline.tracing is None
     assert upstream.script.request_headers[-1]["traceparent"] == TRACEPARENT
 
