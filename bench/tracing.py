@@ -192,6 +192,19 @@ def run_arm(
     return figures
 
 
+def busy(*loads: str) -> str:
+    """A warning line when the machine was busier than it has CPUs during the run."""
+    cpus = os.cpu_count() or 1
+    peak = max((float(load.split()[0]) for load in loads if load != "unknown"), default=0.0)
+    if peak <= cpus:
+        return ""
+    return (
+        f"- The machine was busy (1-min load up to {peak:.1f} on {cpus} CPUs): the rounds' "
+        "spread can exceed the differences between arms. Rerun on a quiet machine; the "
+        "tracer's own work below is measured in-process and holds under load.\n"
+    )
+
+
 def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} ({min(values):.1f}–{max(values):.1f})"
 
@@ -308,7 +321,9 @@ def main() -> None:
         f"- {args.rounds} rounds × {args.requests} chat requests per arm, concurrency 1, arms "
         "alternating in fresh processes: the in-process ASGI app (bench/asgi.py) → the real aiohttp "
         "client → bench.fake_upstream; tracing on exports every span over OTLP/HTTP to a receiver "
-        "in another process. CPU is the proxy process's, every thread (the exporter's too).\n\n"
+        "in another process. CPU is the proxy process's, every thread (the exporter's too).\n"
+        + busy(load_before, load_after)
+        + "\n"
         + "\n".join(table)
         + "\n\nThe tracer's own work per traced chat request, in-process and without HTTP "
         f"(`tracer_work_us`, min of 7 × 2000): {on_loop:.1f} µs CPU on the event loop's thread, "
