@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.errors import ToolsentryError
+from proxy.errors import BadRequestError, ToolsentryError
 from proxy.guard.channels import Violation
-from proxy.guard.toolcheck import ToolIndex
+from proxy.guard.toolcheck import DEFAULT_LIMITS, GuardLimits, ToolIndex, compile_tools
 from proxy.session.budget import SessionHints
 from proxy.streaming import SSEEvent
 
@@ -208,3 +208,52 @@ class WireProtocol(Protocol):
     def assembly(self, body: dict[str, Any]) -> StreamAssembly:
         """A fresh StreamAssembly for one streamed request with this body."""
         ...
+
+
+class Adapter:
+    """What every adapter shares: the guard's limits, the body's tools compiled under them, and
+    the checks of the request fields more than one protocol has.
+
+    A protocol whose tools are not chat's says how they read in chat's form (`guard_tools`);
+    its `view` compiles the body's `declared_tools` with `tool_index`.
+    """
+
+    def __init__(self, limits: GuardLimits = DEFAULT_LIMITS) -> None:
+        self.limits = limits
+
+    def guard_tools(self, tools: list[Any]) -> list[Any]:
+        """The body's `tools` in the chat form the guard compiles (chat's own are that form).
+
+        Raises BadRequestError(param="tools") for a tool the protocol does not know how to read.
+        """
+        return tools
+
+    def compile_tools(self, tools: list[Any]) -> ToolIndex:
+        return compile_tools(self.guard_tools(tools), limits=self.limits)
+
+    def tool_index(self, tools: list[Any], index: ToolIndex | None) -> ToolIndex:
+        """`tools` (a body's `declared_tools`) compiled for the guard, or `index` when the body
+        parser already compiled them. Raises BadRequestError for tools the guard cannot take."""
+        return self.compile_tools(tools) if index is None else index
+
+    @staticmethod
+    def declared_tools(body: Mapping[str, Any]) -> list[Any]:
+        """The body's `tools`, [] when it has none.
+
+        Raises BadRequestError(param="tools") when `tools` is not an array.
+        """
+        tools = body.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            raise BadRequestError("'tools' must be an array", param="tools")
+        return tools or []
+
+    @staticmethod
+    def conversation(body: Mapping[str, Any]) -> list[Any]:
+        """The body's `messages` (chat's and Messages' conversation).
+
+        Raises BadRequestError(param="messages") when it is not a non-empty array.
+        """
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequestError("'messages' must be a non-empty array", param="messages")
+        return messages

@@ -13,11 +13,11 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from proxy.errors import BadRequestError, ToolsentryError, UpstreamProtocolError
+from proxy.errors import ToolsentryError, UpstreamProtocolError
 from proxy.guard.channels import Violation
 from proxy.guard.repair import corrective_messages
-from proxy.guard.toolcheck import DEFAULT_LIMITS, GuardLimits, ToolIndex, compile_tools
-from proxy.protocols.base import Choice, Message, Reply, Settled, ToolResult, TurnView
+from proxy.guard.toolcheck import ToolIndex
+from proxy.protocols.base import Adapter, Choice, Message, Reply, Settled, ToolResult, TurnView
 from proxy.session.budget import content_text, message_hints
 from proxy.streaming import DONE, ChunkAssembler, SSEEvent, completion_chunks, encode_event
 
@@ -25,30 +25,17 @@ from proxy.streaming import DONE, ChunkAssembler, SSEEvent, completion_chunks, e
 _NOT_REASKED: Final = frozenset({"stream", "stream_options", "n"})
 
 
-class ChatProtocol:
+class ChatProtocol(Adapter):
     """The chat-completions adapter (see `proxy.protocols.base.WireProtocol`)."""
 
     api = "chat"
     path = "chat/completions"
 
-    def __init__(self, limits: GuardLimits = DEFAULT_LIMITS) -> None:
-        self.limits = limits
-
-    def compile_tools(self, tools: list[Any]) -> ToolIndex:
-        return compile_tools(tools, limits=self.limits)
-
     def view(self, body: dict[str, Any], index: ToolIndex | None) -> TurnView:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise BadRequestError("'messages' must be a non-empty array", param="messages")
-        tools = body.get("tools")
-        if tools is not None and not isinstance(tools, list):
-            raise BadRequestError("'tools' must be an array", param="tools")
-        if index is None:
-            index = compile_tools(tools, limits=self.limits)
+        messages = self.conversation(body)
         return TurnView(
             body.get("model"),
-            index,
+            self.tool_index(self.declared_tools(body), index),
             body.get("tool_choice"),
             message_hints(body),
             tool_results(messages),

@@ -36,8 +36,8 @@ from proxy.errors import (
 )
 from proxy.guard.channels import Violation
 from proxy.guard.repair import corrective_messages
-from proxy.guard.toolcheck import DEFAULT_LIMITS, GuardLimits, ToolIndex, compile_tools
-from proxy.protocols.base import Choice, Message, Reply, Settled, ToolResult, TurnView
+from proxy.guard.toolcheck import ToolIndex
+from proxy.protocols.base import Adapter, Choice, Message, Reply, Settled, ToolResult, TurnView
 from proxy.session.budget import SessionHints, content_text
 from proxy.streaming import SSEEvent
 from proxy.usage import sum_usage
@@ -55,30 +55,20 @@ _ERROR_TYPES: Final = {"internal_error": "api_error"}
 _STATUS_OF_TYPE: Final = {kind: status for status, kind in wire.ERROR_TYPES.items()}
 
 
-class MessagesProtocol:
+class MessagesProtocol(Adapter):
     """The Anthropic Messages adapter (see `proxy.protocols.base.WireProtocol`)."""
 
     api = "messages"
     path = "messages"
 
-    def __init__(self, limits: GuardLimits = DEFAULT_LIMITS) -> None:
-        self.limits = limits
-
-    def compile_tools(self, tools: list[Any]) -> ToolIndex:
-        return compile_tools(chat_tools(tools), limits=self.limits)
+    def guard_tools(self, tools: list[Any]) -> list[Any]:
+        return chat_tools(tools)
 
     def view(self, body: dict[str, Any], index: ToolIndex | None) -> TurnView:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise BadRequestError("'messages' must be a non-empty array", param="messages")
-        tools = body.get("tools")
-        if tools is not None and not isinstance(tools, list):
-            raise BadRequestError("'tools' must be an array", param="tools")
-        if index is None:
-            index = self.compile_tools(tools or [])
+        messages = self.conversation(body)
         return TurnView(
             body.get("model"),
-            index,
+            self.tool_index(self.declared_tools(body), index),
             tool_choice(body.get("tool_choice")),
             session_hints(body),
             tool_results(messages),

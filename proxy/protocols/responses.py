@@ -34,8 +34,8 @@ from proxy.errors import (
 )
 from proxy.guard.channels import Violation
 from proxy.guard.repair import corrective_messages
-from proxy.guard.toolcheck import DEFAULT_LIMITS, GuardLimits, ToolIndex, compile_tools
-from proxy.protocols.base import Choice, Message, Reply, Settled, ToolResult, TurnView
+from proxy.guard.toolcheck import ToolIndex
+from proxy.protocols.base import Adapter, Choice, Message, Reply, Settled, ToolResult, TurnView
 from proxy.session.budget import SessionHints, content_text
 from proxy.streaming import SSEEvent
 from proxy.usage import sum_usage
@@ -55,23 +55,18 @@ _REASONING_DELTAS: Final = {
 }
 
 
-class ResponsesProtocol:
+class ResponsesProtocol(Adapter):
     """The Responses adapter (see `proxy.protocols.base.WireProtocol`)."""
 
     api = "responses"
     path = "responses"
 
-    def __init__(self, limits: GuardLimits = DEFAULT_LIMITS) -> None:
-        self.limits = limits
-
-    def compile_tools(self, tools: list[Any]) -> ToolIndex:
-        return compile_tools(guard_tools(tools), limits=self.limits)
+    def guard_tools(self, tools: list[Any]) -> list[Any]:
+        return guard_tools(tools)
 
     def view(self, body: dict[str, Any], index: ToolIndex | None) -> TurnView:
         items = input_items(body.get("input"))
-        tools = body.get("tools")
-        if tools is not None and not isinstance(tools, list):
-            raise BadRequestError("'tools' must be an array", param="tools")
+        tools = self.declared_tools(body)
         instructions = body.get("instructions")
         if instructions is not None and not isinstance(instructions, str):
             raise BadRequestError("'instructions' must be a string", param="instructions")
@@ -80,8 +75,7 @@ class ResponsesProtocol:
             raise BadRequestError(
                 "'previous_response_id' must be a string", param="previous_response_id"
             )
-        if index is None:
-            index = self.compile_tools(tools) if tools else compile_tools(None)
+        index = self.tool_index(tools, index)
         model = body.get("model")
         metadata = body.get("metadata")
         system = instructions or _first_text(items, ("system", "developer"))
