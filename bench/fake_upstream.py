@@ -1,12 +1,16 @@
-"""The fastest OpenAI-compatible upstream this benchmark can make: canned bytes on uvloop + httptools.
+"""The fastest upstream this benchmark can make: canned bytes on uvloop + httptools.
 
-Every POST gets the same chat completion with one valid tool call (`get_order_details`), or, when
-the body asks for `"stream": true`, the same answer as server-sent events: a first content delta
-that carries `FIRST_TOKEN`, a pause of `--pause-ms`, then the rest (more content, the tool call's
-deltas, the finish chunk, `[DONE]`). A POST to `/v1/responses` gets the same answer as a Responses
-`response` (text, then the `function_call` item), or its events in vLLM's order. The pause makes a proxy that buffered the stream visible in
-the time to first token. Any GET answers a model list. No framework, no parsing beyond HTTP
-framing: whatever time a request takes through a proxy is the proxy's, not this server's.
+Every POST gets the same answer with one valid tool call, in the protocol of its path: a chat
+completion (`/v1/chat/completions`), a Responses `response` (`/v1/responses`: text, then the
+`function_call` item) or an Anthropic `message` (`/v1/messages`, any query string: a text block,
+then a `tool_use` block). When the body asks for `"stream": true` it gets the same answer as
+server-sent events, in vLLM's order: the events up to a first text delta that carries
+`FIRST_TOKEN`, a pause of `--pause-ms`, then the rest (more text, the call, the end). The pause
+makes a proxy that buffered the stream visible in the time to first token. The call is to
+`get_order_details`, or to `Bash` when the body declares a tool of that name (the Claude-Code-sized
+requests of bench/overhead.py), so that the call is always one the request declared. Any GET
+answers a model list. No framework, no parsing beyond HTTP framing and two substring checks:
+whatever time a request takes through a proxy is the proxy's, not this server's.
 
     python -m bench.fake_upstream --port 9101 [--pause-ms 5]
 """
@@ -16,20 +20,38 @@ from __future__ import annotations
 import argparse
 import asyncio
 import socket
+from dataclasses import dataclass
 from typing import Any, cast
 
 import httptools
 import orjson
 import uvloop
 
+from proxy.answers import Answer, Call, Usage, sse_event
+from proxy.answers import messages as anthropic
+
 MODEL = "bench-model"
 FIRST_TOKEN = "Checking-first-token"
+TEXT = FIRST_TOKEN + " your order."
 ARGUMENTS = '{"order_id": "#W1234567"}'
+
+
+@dataclass(frozen=True)
+class CannedCall:
+    """The one tool call of every canned answer."""
+
+    name: str
+    arguments: str
+
+
+ORDER_CALL = CannedCall("get_order_details", ARGUMENTS)
+BASH_CALL = CannedCall("Bash", '{"command": "ls -la", "description": "List the files here"}')
+_BASH_DECLARED = b'"Bash"'  # a body that names a tool `Bash` gets BASH_CALL
 _BASE: dict[str, Any] = {"id": "chatcmpl-bench0000000000", "created": 1_700_000_000, "model": MODEL}
 
 
-def completion() -> dict[str, Any]:
-    """The canned chat completion: one valid call to `get_order_details`."""
+def completion(call: CannedCall = ORDER_CALL) -> dict[str, Any]:
+    """The canned chat completion: one valid call (to `get_order_details` by default)."""
     return {
         **_BASE,
         "object": "chat.completion",
@@ -43,7 +65,7 @@ def completion() -> dict[str, Any]:
                         {
                             "id": "call_bench0001",
                             "type": "function",
-                            "function": {"name": "get_order_details", "arguments": ARGUMENTS},
+                            "function": {"name": call.name, "arguments": call.arguments},
                         }
                     ],
                 },
@@ -64,15 +86,15 @@ def _chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
     return b"data: " + orjson.dumps(event) + b"\n\n"
 
 
-def stream_events() -> tuple[bytes, bytes]:
-    """The canned stream as (first event, everything after the pause)."""
+def stream_events(call: CannedCall = ORDER_CALL) -> tuple[bytes, bytes]:
+    """The canned chat stream as (first event, everything after the pause)."""
     first = _chunk({"role": "assistant", "content": FIRST_TOKEN})
-    call = {"index": 0, "id": "call_bench0001", "type": "function"}
+    opened = {"index": 0, "id": "call_bench0001", "type": "function"}
     rest = b"".join(
         [
             _chunk({"content": " your order."}),
-            _chunk({"tool_calls": [{**call, "function": {"name": "get_order_details"}}]}),
-            _chunk({"tool_calls": [{"index": 0, "function": {"arguments": ARGUMENTS}}]}),
+            _chunk({"tool_calls": [{**opened, "function": {"name": call.name}}]}),
+            _chunk({"tool_calls": [{"index": 0, "function": {"arguments": call.arguments}}]}),
             _chunk({}, "tool_calls"),
             b"data: [DONE]\n\n",
         ]
@@ -91,15 +113,7 @@ _TEXT_ITEM: dict[str, Any] = {
     "id": "msg_bench0001",
     "role": "assistant",
     "status": "completed",
-    "content": [{"type": "output_text", "text": FIRST_TOKEN + " your order.", "annotations": []}],
-}
-_CALL_ITEM: dict[str, Any] = {
-    "type": "function_call",
-    "id": "fc_bench0001",
-    "call_id": "call_bench0001",
-    "name": "get_order_details",
-    "arguments": ARGUMENTS,
-    "status": "completed",
+    "content": [{"type": "output_text", "text": TEXT, "annotations": []}],
 }
 _RESPONSE_USAGE = {
     "input_tokens": 812,
@@ -110,13 +124,24 @@ _RESPONSE_USAGE = {
 }
 
 
-def response() -> dict[str, Any]:
+def _call_item(call: CannedCall) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": "fc_bench0001",
+        "call_id": "call_bench0001",
+        "name": call.name,
+        "arguments": call.arguments,
+        "status": "completed",
+    }
+
+
+def response(call: CannedCall = ORDER_CALL) -> dict[str, Any]:
     """The canned Responses `response`: the same answer, text then one valid call."""
     return {
         **_RESPONSE_BASE,
         "status": "completed",
         "incomplete_details": None,
-        "output": [_TEXT_ITEM, _CALL_ITEM],
+        "output": [_TEXT_ITEM, _call_item(call)],
         "usage": _RESPONSE_USAGE,
         "tool_choice": "auto",
         "tools": [],
@@ -124,14 +149,18 @@ def response() -> dict[str, Any]:
     }
 
 
-def response_events() -> tuple[bytes, bytes]:
+def _named(event: dict[str, Any]) -> bytes:
+    return sse_event(event)
+
+
+def response_events(call: CannedCall = ORDER_CALL) -> tuple[bytes, bytes]:
     """The canned Responses stream as (events up to the first token, everything after the pause)."""
     events: list[dict[str, Any]] = []
 
     def add(kind: str, **fields: Any) -> None:
         events.append({"type": kind, "sequence_number": len(events), **fields})
 
-    started = {**response(), "status": "in_progress", "output": [], "usage": None}
+    started = {**response(call), "status": "in_progress", "output": [], "usage": None}
     add("response.created", response=started)
     add("response.in_progress", response=started)
     opened = {**_TEXT_ITEM, "status": "in_progress", "content": []}
@@ -142,19 +171,52 @@ def response_events() -> tuple[bytes, bytes]:
     add("response.output_text.delta", **where, delta=FIRST_TOKEN, logprobs=[])
     first = len(events)
     add("response.output_text.delta", **where, delta=" your order.", logprobs=[])
-    add("response.output_text.done", **where, text=FIRST_TOKEN + " your order.", logprobs=[])
+    add("response.output_text.done", **where, text=TEXT, logprobs=[])
     add("response.content_part.done", **where, part=_TEXT_ITEM["content"][0])
     add("response.output_item.done", output_index=0, item=_TEXT_ITEM)
-    call = {**_CALL_ITEM, "status": "in_progress", "arguments": ""}
-    add("response.output_item.added", output_index=1, item=call)
-    at = {"item_id": _CALL_ITEM["id"], "output_index": 1}
-    add("response.function_call_arguments.delta", **at, delta=ARGUMENTS)
-    add("response.function_call_arguments.done", **at, arguments=ARGUMENTS)
-    add("response.output_item.done", output_index=1, item=_CALL_ITEM)
-    add("response.completed", response=response())
-    encoded = [
-        b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n" for e in events
-    ]
+    item = _call_item(call)
+    add(
+        "response.output_item.added",
+        output_index=1,
+        item={**item, "status": "in_progress", "arguments": ""},
+    )
+    at = {"item_id": item["id"], "output_index": 1}
+    add("response.function_call_arguments.delta", **at, delta=call.arguments)
+    add("response.function_call_arguments.done", **at, arguments=call.arguments)
+    add("response.output_item.done", output_index=1, item=item)
+    add("response.completed", response=response(call))
+    encoded = [_named(e) for e in events]
+    return b"".join(encoded[:first]), b"".join(encoded[first:])
+
+
+def _anthropic_answer(call: CannedCall) -> Answer:
+    return Answer(
+        text=TEXT,
+        calls=(Call(call.name, call.arguments, "toolu_bench0001"),),
+        usage=Usage(input_tokens=812, output_tokens=21),
+        model=MODEL,
+        id="bench0000000000",
+    )
+
+
+def message(call: CannedCall = ORDER_CALL) -> dict[str, Any]:
+    """The canned Anthropic `message`: the same answer, a text block then one `tool_use` block
+    (vLLM's Messages shapes, written by proxy/answers/messages.py)."""
+    return anthropic.body(_anthropic_answer(call))
+
+
+def message_events(call: CannedCall = ORDER_CALL) -> tuple[bytes, bytes]:
+    """The canned Messages stream as (events up to the first token, everything after the pause):
+    `message_start`, a `ping` as Anthropic's API sends, the text block whose first delta is
+    `FIRST_TOKEN`, the `tool_use` block, `message_delta`, `message_stop`."""
+    answer = _anthropic_answer(call)
+    events = anthropic.events(answer, fragment=len(FIRST_TOKEN), ping=True)
+    first = next(
+        i + 1
+        for i, e in enumerate(events)
+        if e["type"] == "content_block_delta" and e["delta"].get("text") == FIRST_TOKEN
+    )
+    encoded = [_named(e) for e in events]
     return b"".join(encoded[:first]), b"".join(encoded[first:])
 
 
@@ -175,7 +237,42 @@ def _chunked(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-COMPLETION = _plain(b"200 OK", b"application/json", orjson.dumps(completion()))
+_STREAM_HEADERS = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+    b"transfer-encoding: chunked\r\n\r\n"
+)
+
+
+@dataclass(frozen=True)
+class Canned:
+    """One protocol's answer to one call as the bytes written: plain, and a stream's head (the
+    headers and the events up to the first token) and tail (after the pause)."""
+
+    plain: bytes
+    stream_head: bytes
+    stream_tail: bytes
+
+    @classmethod
+    def of(cls, body: dict[str, Any], stream: tuple[bytes, bytes]) -> Canned:
+        first, rest = stream
+        return cls(
+            _plain(b"200 OK", b"application/json", orjson.dumps(body)),
+            _STREAM_HEADERS + _chunked(first),
+            _chunked(rest) + b"0\r\n\r\n",
+        )
+
+
+CANNED: dict[tuple[str, CannedCall], Canned] = {
+    (api, call): Canned.of(body(call), events(call))
+    for call in (ORDER_CALL, BASH_CALL)
+    for api, body, events in (
+        ("chat", completion, stream_events),
+        ("responses", response, response_events),
+        ("messages", message, message_events),
+    )
+}
+"""The canned answers by (wire protocol, call)."""
+
 MODELS = _plain(
     b"200 OK",
     b"application/json",
@@ -183,19 +280,14 @@ MODELS = _plain(
         {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "bench"}]}
     ),
 )
-_FIRST, _REST = stream_events()
-STREAM_HEAD = (
-    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-    b"transfer-encoding: chunked\r\n\r\n" + _chunked(_FIRST)
-)
-STREAM_TAIL = _chunked(_REST) + b"0\r\n\r\n"
-RESPONSE = _plain(b"200 OK", b"application/json", orjson.dumps(response()))
-_R_FIRST, _R_REST = response_events()
-RESPONSE_STREAM_HEAD = (
-    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-    b"transfer-encoding: chunked\r\n\r\n" + _chunked(_R_FIRST)
-)
-RESPONSE_STREAM_TAIL = _chunked(_R_REST) + b"0\r\n\r\n"
+
+
+def _api_of(url: bytes) -> str:
+    if url.startswith(b"/v1/responses"):
+        return "responses"
+    if url.startswith(b"/v1/messages"):
+        return "messages"
+    return "chat"
 
 
 class _Connection(asyncio.Protocol):
@@ -203,7 +295,7 @@ class _Connection(asyncio.Protocol):
         self._pause = pause
         self._parser = httptools.HttpRequestParser(self)
         self._body: list[bytes] = []
-        self._responses = False
+        self._api = "chat"
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -224,7 +316,7 @@ class _Connection(asyncio.Protocol):
         self._body.clear()
 
     def on_url(self, url: bytes) -> None:
-        self._responses = url.startswith(b"/v1/responses")
+        self._api = _api_of(url)
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
@@ -236,12 +328,15 @@ class _Connection(asyncio.Protocol):
             transport.write(MODELS)
             return
         body = b"".join(self._body)
+        call = BASH_CALL if _BASH_DECLARED in body else ORDER_CALL
+        canned = CANNED[self._api, call]
         if b'"stream":true' in body or b'"stream": true' in body:
-            transport.write(RESPONSE_STREAM_HEAD if self._responses else STREAM_HEAD)
-            tail = RESPONSE_STREAM_TAIL if self._responses else STREAM_TAIL
-            asyncio.get_running_loop().call_later(self._pause, self._finish_stream, tail)
+            transport.write(canned.stream_head)
+            asyncio.get_running_loop().call_later(
+                self._pause, self._finish_stream, canned.stream_tail
+            )
             return
-        transport.write(RESPONSE if self._responses else COMPLETION)
+        transport.write(canned.plain)
 
     def _finish_stream(self, tail: bytes) -> None:
         if self._transport is not None and not self._transport.is_closing():

@@ -14,20 +14,32 @@ One run starts a canned upstream (bench/fake_upstream.py), then each target in f
 - `litellm`       LiteLLM's proxy (`litellm --config …`), installed by this script into its own
                   virtualenv, one worker.
 
-The request is one turn of a retail agent conversation carrying 17 τ²-bench-like tools; the
-answer carries one valid tool call, so toolsentry validates a call on every request. Load comes
+The requests (`--workloads`, bench/bodies.py) are one agent turn whose answer carries one valid
+tool call, so toolsentry validates a call on every request: `chat`, `responses`, `messages` (a
+retail turn with 17 τ²-bench-like tools, about 7 kB, on each wire protocol) and `chat-large`,
+`messages-large` (a Claude-Code-sized turn, 24 tools, about 75 kB, on chat completions and on
+Claude Code's own `/v1/messages?beta=true`). The baseline, the shadow arm, httpx and LiteLLM are
+measured on `chat` only. Load comes
 from `wrk` (a Lua script POSTs the body and prints percentiles); the time to first token comes
-from bench/ttft.py. For each target, in rounds whose order rotates: concurrency 1 (latency
-p50/p99; added = target − direct of the same round), concurrency 64 (requests/s and p99), and a
-streamed request's time to first token. The proxies not being measured are stopped (SIGSTOP) so
-an idle one cannot steal the core.
+from bench/ttft.py. For each workload and target, in rounds whose order rotates: concurrency 1
+(latency p50/p99; added = target − direct of the same round), concurrency 64 (requests/s and
+p99), and on the small bodies a streamed request's time to first token. The proxies not being
+measured are stopped (SIGSTOP) so an idle one cannot steal the core. The goals of the issues are
+printed last, each as the median (min–max) over rounds of a figure computed round by round.
 
 CPU placement (`taskset`): upstream and load generator share one core, the proxy under test has
 the other to itself; on a one-core machine everything shares core 0. The medians over rounds are
 reported, with ratios as the headline because the machine is shared and absolute numbers drift.
 
     python -m bench.overhead [--duration 4] [--rounds 2] [--only toolsentry,pass-aiohttp]
+                             [--workloads chat,responses,…] [--baseline DIR_OR_COMMIT]
                              [--skip-litellm] [--profile] [--no-write]
+
+The final table of the turn, Messages and shadow issues (about 10 minutes):
+
+    python -m bench.overhead --only toolsentry,toolsentry-shadow,pass-aiohttp --baseline f869956 \
+        --workloads chat,responses,messages,chat-large,messages-large --rounds 5 --duration 2 \
+        --ttft-requests 100
 
 Needs `wrk` (Debian/Ubuntu: `apt-get install -y wrk`). `--profile` also records py-spy flame
 graphs of toolsentry and the aiohttp pass-through under concurrency 64 into bench/profiles/.
@@ -59,8 +71,8 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from bench.bodies import request_body
 from bench.fake_upstream import MODEL
-from bench.validate import TOOLS
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -83,90 +95,45 @@ GOAL_THROUGHPUT_OF_LITELLM = 20.0
 GOAL_ADDED_TTFT_MS = 1.0
 GOAL_SHADOW_ADDED_P50_MS = 0.1  # beside shadowing off
 GOAL_SHADOW_THROUGHPUT = 0.80  # of shadowing off, every request shadowed
+GOAL_PROTOCOL_ADDED = 1.1  # Responses, Messages: added c1 p50 ÷ chat's on the same body size
+GOAL_PROTOCOL_THROUGHPUT = 0.75  # c64 req/s ÷ the bare aiohttp pass-through's, each protocol
+GOAL_LARGE_ADDED_MS = 1.0  # the Claude-Code-sized request's added c1 p50
+GOAL_NO_SLOWER = 0.95  # chat against the commit before the turn refactor, 5% for noise
+REFACTOR_PARENT = "f869956"
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 
 
-ROUTES = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
-"""The route each wire protocol is measured on (`--api`)."""
+@dataclass(frozen=True)
+class Workload:
+    """One request measured: a wire protocol's route and a body size (bench/bodies.py)."""
+
+    name: str
+    api: str
+    size: str
+    route: str
+    ttft: bool  # also streamed one at a time for the time to first token
+
+    def body(self, stream: bool = False) -> bytes:
+        return request_body(stream=stream, api=self.api, size=self.size)
 
 
-def request_body(stream: bool = False, api: str = "chat") -> bytes:
-    """One turn of a retail conversation: system, user, a tool round trip, and a follow-up; on
-    the Responses API the same turn as instructions and input items, with the tools flat."""
-    if api == "responses":
-        return responses_body(stream)
-    body: dict[str, Any] = {
-        "model": MODEL,
-        "messages": [
-            {"role": "system", "content": "You are a retail customer-service agent. " * 8},
-            {"role": "user", "content": "Hi, I want to know where my order #W1234567 is."},
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "call_0",
-                        "type": "function",
-                        "function": {
-                            "name": "find_user_id_by_email",
-                            "arguments": '{"email": "ana@example.com"}',
-                        },
-                    }
-                ],
-            },
-            {"role": "tool", "tool_call_id": "call_0", "content": "ana_4521"},
-            {"role": "user", "content": "Yes, that is me. What is the status of the order?"},
-        ],
-        "tools": TOOLS,
-        "tool_choice": "auto",
-        "temperature": 0.0,
-    }
-    if stream:
-        body["stream"] = True
-    return orjson.dumps(body)
+WORKLOADS = {
+    w.name: w
+    for w in (
+        Workload("chat", "chat", "small", "/v1/chat/completions", True),
+        Workload("responses", "responses", "small", "/v1/responses", True),
+        Workload("messages", "messages", "small", "/v1/messages", True),
+        Workload("chat-large", "chat", "large", "/v1/chat/completions", False),
+        # Claude Code's own route, query string and all.
+        Workload("messages-large", "messages", "large", "/v1/messages?beta=true", False),
+    )
+}
+"""What `--workloads` chooses among; small bodies are about 7 kB, large ones about 75 kB."""
 
-
-def responses_body(stream: bool) -> bytes:
-    """`request_body`'s turn as a Responses request."""
-    chat = orjson.loads(request_body())
-    system, *turns = chat["messages"]
-    items: list[dict[str, Any]] = []
-    for message in turns:
-        if message["role"] == "tool":
-            items.append(
-                {
-                    "type": "function_call_output",
-                    "call_id": message["tool_call_id"],
-                    "output": message["content"],
-                }
-            )
-            continue
-        if message.get("content"):
-            items.append(
-                {"type": "message", "role": message["role"], "content": message["content"]}
-            )
-        for call in message.get("tool_calls") or []:
-            function = call["function"]
-            items.append(
-                {
-                    "type": "function_call",
-                    "call_id": call["id"],
-                    "name": function["name"],
-                    "arguments": function["arguments"],
-                }
-            )
-    body: dict[str, Any] = {
-        "model": chat["model"],
-        "instructions": system["content"],
-        "input": items,
-        "tools": [{"type": "function", **tool["function"]} for tool in chat["tools"]],
-        "tool_choice": "auto",
-        "temperature": 0.0,
-    }
-    if stream:
-        body["stream"] = True
-    return orjson.dumps(body)
+CHAT_ONLY = frozenset({BASELINE, SHADOW, "pass-httpx", "litellm"})
+"""Targets measured on the small chat workload only (the commit before the refactor served chat
+completions alone; the others are comparisons of the chat path)."""
 
 
 # -- processes ------------------------------------------------------------------------------------
@@ -219,7 +186,10 @@ class Server:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}{self.path}"
+        return self.url_for(self.path)
+
+    def url_for(self, route: str) -> str:
+        return f"http://127.0.0.1:{self.port}{route}"
 
     def signal(self, sig: signal.Signals) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -520,10 +490,9 @@ def servers(
     placement: Placement,
     upstream_port: int,
     checkouts: dict[str, Path] | None = None,
-    api: str = "chat",
 ) -> Iterator[tuple[dict[str, Server], dict[str, str]]]:
     """Start the upstream and every wanted proxy; yield the running ones and skip notes."""
-    route = ROUTES[api]
+    route = WORKLOADS["chat"].route  # every target serves it: the readiness check
     python = sys.executable
     checkouts = checkouts or {}
     upstream_base = f"http://127.0.0.1:{upstream_port}/v1"
@@ -542,7 +511,7 @@ def servers(
             workdir,
         )
         started.append(upstream)
-        why = wait_ready(upstream, request_body(api=api), 20)
+        why = wait_ready(upstream, request_body(), 20)
         if why:
             raise RuntimeError(f"the fake upstream did not start: {why}")
         running["direct"] = Server(
@@ -629,7 +598,7 @@ def servers(
             )
             started.append(server)
         for server in started[1:]:
-            why = wait_ready(server, request_body(api=api), 120 if server.name == "litellm" else 30)
+            why = wait_ready(server, request_body(), 120 if server.name == "litellm" else 30)
             if why:
                 notes[server.name] = f"skipped: did not start ({why})"
                 server.stop()
@@ -642,81 +611,138 @@ def servers(
             server.stop()
 
 
-def measure(args: argparse.Namespace) -> tuple[dict[str, Outcome], dict[str, Any]]:
+Results = dict[str, dict[str, Outcome]]
+"""Outcomes by workload, then by target."""
+
+
+def targets_of(workload: Workload, wanted: list[str]) -> list[str]:
+    """The wanted targets measured on `workload`."""
+    return [t for t in wanted if workload.name == "chat" or t not in CHAT_ONLY]
+
+
+def measure(args: argparse.Namespace) -> tuple[Results, dict[str, Any]]:
     wanted = [t for t in (args.only or TARGETS) if not (t == "litellm" and args.skip_litellm)]
     if args.baseline is not None:
         wanted.insert(wanted.index("toolsentry") + 1 if "toolsentry" in wanted else 0, BASELINE)
     if "direct" not in wanted:
         wanted.insert(0, "direct")  # every added figure is against direct
+    workloads = [WORKLOADS[name] for name in args.workloads]
     placement = Placement.for_machine()
     info: dict[str, Any] = {"placement": placement.describe(), "notes": {}, "load": load_average()}
-    outcomes = {name: Outcome(name) for name in wanted}
+    results: Results = {
+        w.name: {name: Outcome(name) for name in targets_of(w, wanted)} for w in workloads
+    }
     if args.skip_litellm and "litellm" in (args.only or TARGETS):
         info["notes"]["litellm"] = "skipped (--skip-litellm)"
     with tempfile.TemporaryDirectory(prefix="toolsentry-bench-") as tmp:
         workdir = Path(tmp)
-        body_file = workdir / "body.json"
-        body_file.write_bytes(request_body(api=args.api))
-        stream_file = workdir / "stream.json"
-        stream_file.write_bytes(request_body(stream=True, api=args.api))
+        bodies: dict[str, tuple[Path, Path]] = {}
+        for w in workloads:
+            plain, streamed = workdir / f"{w.name}.json", workdir / f"{w.name}-stream.json"
+            plain.write_bytes(w.body())
+            streamed.write_bytes(w.body(stream=True))
+            bodies[w.name] = plain, streamed
+        baseline = baseline_checkout(args.baseline, workdir) if args.baseline else ROOT
         with servers(
             [w for w in wanted if w != "direct"],
             workdir,
             placement,
             free_port(),
-            {"toolsentry": args.toolsentry_dir, BASELINE: args.baseline or ROOT},
-            args.api,
-        ) as (
-            running,
-            notes,
-        ):
+            {"toolsentry": args.toolsentry_dir, BASELINE: baseline},
+        ) as (running, notes):
             info["notes"].update(notes)
-            order = [w for w in wanted if w in running]
-            for name in wanted:
-                if name not in running:
-                    outcomes[name].note = notes.get(name, "skipped")
-            info["notes"].update(
-                profile(running, body_file, args, placement) if args.profile else {}
-            )
+            for outcomes in results.values():
+                for name, outcome in outcomes.items():
+                    if name not in running:
+                        outcome.note = notes.get(name, "skipped")
+            if args.profile:
+                body_file = bodies[workloads[0].name][0]
+                info["notes"].update(profile(running, body_file, args, placement))
             # Streaming: a target that answers stream:true with an error is skipped with its answer.
-            for name in order:
-                server = running[name]
-                server.resume()
-                probe = run_ttft(server.url, stream_file, 3, placement.load)
-                server.pause()
-                if "error" in probe:
-                    outcomes[name].ttft_note = f"streaming skipped: {probe['error'][:160]}"
-            for round_ in range(args.rounds):
-                shift = round_ % len(order)
-                for name in order[shift:] + order[:shift]:
+            for w in workloads:
+                for name, outcome in results[w.name].items():
+                    if not w.ttft or name not in running:
+                        continue
                     server = running[name]
                     server.resume()
-                    run_wrk(server.url, body_file, 8, 2 if round_ == 0 else 1, placement.load)
-                    c1 = run_wrk(server.url, body_file, 1, args.duration, placement.load)
-                    cpu_before = server.cpu_seconds()
-                    c64 = run_wrk(
-                        server.url, body_file, HIGH_CONCURRENCY, args.duration, placement.load
-                    )
-                    cpu_after = server.cpu_seconds()
-                    if cpu_before is not None and cpu_after is not None and c64["requests"]:
-                        # CPU per request is what contention on a shared machine disturbs least.
-                        c64["cpu_us"] = (cpu_after - cpu_before) / c64["requests"] * 1e6
-                    ttft: dict[str, Any] = {}
-                    if not outcomes[name].ttft_note:
-                        ttft = run_ttft(server.url, stream_file, args.ttft_requests, placement.load)
+                    probe = run_ttft(server.url_for(w.route), bodies[w.name][1], 3, placement.load)
                     server.pause()
-                    outcomes[name].samples.append(Sample(c1, c64, ttft))
-                    console.print(
-                        f"  round {round_ + 1}/{args.rounds} {name:13} c1 p50 {c1['p50_us'] / 1000:.3f} ms"
-                        f"  c64 {c64['rps']:,.0f} req/s"
-                        + (f"  ttft p50 {ttft['p50_us'] / 1000:.3f} ms" if "p50_us" in ttft else "")
-                        + (
-                            f"  ({c1['errors'] + c64['errors']:.0f} errors)"
-                            if c1["errors"] + c64["errors"]
-                            else ""
+                    if "error" in probe:
+                        outcome.ttft_note = f"streaming skipped: {probe['error'][:160]}"
+            for round_ in range(args.rounds):
+                for w in workloads:
+                    order = [name for name in results[w.name] if name in running]
+                    shift = round_ % len(order)
+                    for name in order[shift:] + order[:shift]:
+                        outcome = results[w.name][name]
+                        sample = measure_one(
+                            running[name], w, bodies[w.name], outcome, args, placement, round_
                         )
-                    )
-    return outcomes, info
+                        outcome.samples.append(sample)
+                        console.print(
+                            f"  round {round_ + 1}/{args.rounds} {w.name:14} {name:20}"
+                            + describe(sample)
+                        )
+    return results, info
+
+
+def measure_one(
+    server: Server,
+    workload: Workload,
+    body_files: tuple[Path, Path],
+    outcome: Outcome,
+    args: argparse.Namespace,
+    placement: Placement,
+    round_: int,
+) -> Sample:
+    """One round of one target on one workload: c1, c64 (with the proxy's CPU), TTFT."""
+    url = server.url_for(workload.route)
+    body_file, stream_file = body_files
+    server.resume()
+    try:
+        run_wrk(url, body_file, 8, 2 if round_ == 0 else 1, placement.load)
+        c1 = run_wrk(url, body_file, 1, args.duration, placement.load)
+        cpu_before = server.cpu_seconds()
+        c64 = run_wrk(url, body_file, HIGH_CONCURRENCY, args.duration, placement.load)
+        cpu_after = server.cpu_seconds()
+        if cpu_before is not None and cpu_after is not None and c64["requests"]:
+            # CPU per request is what contention on a shared machine disturbs least.
+            c64["cpu_us"] = (cpu_after - cpu_before) / c64["requests"] * 1e6
+        ttft: dict[str, Any] = {}
+        if workload.ttft and not outcome.ttft_note:
+            ttft = run_ttft(url, stream_file, args.ttft_requests, placement.load)
+    finally:
+        server.pause()
+    return Sample(c1, c64, ttft)
+
+
+def describe(sample: Sample) -> str:
+    c1, c64, ttft = sample.c1, sample.c64, sample.ttft
+    errors = c1["errors"] + c64["errors"]
+    return (
+        f"c1 p50 {c1['p50_us'] / 1000:.3f} ms  c64 {c64['rps']:,.0f} req/s"
+        + (f"  ttft p50 {ttft['p50_us'] / 1000:.3f} ms" if "p50_us" in ttft else "")
+        + (f"  ({errors:.0f} errors)" if errors else "")
+    )
+
+
+def baseline_checkout(given: str, workdir: Path) -> Path:
+    """`--baseline`: a directory as it is, else a commit whose `proxy/` is extracted (git
+    archive) into the run's temporary directory."""
+    path = Path(given)
+    if path.is_dir():
+        return path
+    target = workdir / "baseline"
+    target.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", given, "proxy"], capture_output=True, check=False
+    )
+    if archive.returncode != 0:
+        raise SystemExit(
+            f"--baseline {given}: neither a directory nor a commit: {archive.stderr!r}"
+        )
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    return target
 
 
 def profile(
@@ -926,23 +952,148 @@ def headline(outcomes: dict[str, Outcome]) -> tuple[list[list[str]], list[list[s
     return ratios, goals
 
 
-def show(outcomes: dict[str, Outcome], info: dict[str, Any]) -> None:
-    title = "Proxy overhead (medians over rounds; added = target − direct)"
-    console.print(rich_table(title, COLUMNS, rows(outcomes), text_columns={"target"}))
-    ratios, goals = headline(outcomes)
-    spreads = spread_rows(outcomes)
-    if spreads:
-        title = "Per round: median (min–max) over rounds"
-        console.print(rich_table(title, SPREAD_COLUMNS, spreads, text_columns={"target"}))
-    if ratios:
-        console.print(rich_table("Headline ratios", RATIO_COLUMNS, ratios))
+def show(results: Results, info: dict[str, Any]) -> None:
+    for workload, outcomes in results.items():
+        title = f"{workload} ({WORKLOADS[workload].route}): medians over rounds; added = target − direct"
+        console.print(rich_table(title, COLUMNS, rows(outcomes), text_columns={"target"}))
+        spreads = spread_rows(outcomes)
+        if spreads:
+            title = f"{workload}, per round: median (min–max) over rounds"
+            console.print(rich_table(title, SPREAD_COLUMNS, spreads, text_columns={"target"}))
+        ratios, goals = headline(outcomes) if workload == "chat" else ([], [])
+        if ratios:
+            console.print(rich_table(f"{workload}: headline ratios", RATIO_COLUMNS, ratios))
+        if goals:
+            console.print(rich_table(f"{workload}: goals", GOAL_COLUMNS, goals))
+    goals = issue_goals(results)
     if goals:
-        console.print(rich_table("Goals", ["goal", "measured", "target", ""], goals))
+        title = "Goals of the issues: median (min–max) over rounds, judged on the median"
+        console.print(rich_table(title, GOAL_COLUMNS, goals))
     for name, note in info["notes"].items():
         console.print(f"[dim]{name}: {note}[/]")
-    for o in outcomes.values():
-        if o.ttft_note:
-            console.print(f"[dim]{o.name}: {o.ttft_note}[/]")
+    for workload, outcomes in results.items():
+        for o in outcomes.values():
+            if o.ttft_note:
+                console.print(f"[dim]{workload} {o.name}: {o.ttft_note}[/]")
+
+
+GOAL_COLUMNS = ["goal", "measured", "target", ""]
+
+
+def _added_rounds(results: Results, workload: str, target: str, part: str = "c1") -> list[float]:
+    """Round by round, `target` − direct on `workload` (µs): empty when either is missing."""
+    outcomes = results.get(workload, {})
+    mine, direct = outcomes.get(target), outcomes.get("direct")
+    if mine is None or direct is None:
+        return []
+    return per_round(mine, direct, part, "p50_us", as_ratio=False)
+
+
+def _rps_rounds(results: Results, workload: str, target: str, reference: str) -> list[float]:
+    """Round by round, `target`'s c64 req/s ÷ `reference`'s on `workload`."""
+    outcomes = results.get(workload, {})
+    mine, other = outcomes.get(target), outcomes.get(reference)
+    if mine is None or other is None:
+        return []
+    return per_round(mine, other, "c64", "rps", as_ratio=True)
+
+
+def _paired(a: list[float], b: list[float], combine: Any) -> list[float]:
+    return [combine(x, y) for x, y in zip(a, b, strict=False) if y]
+
+
+def issue_goals(results: Results) -> list[list[str]]:
+    """The goals of the turn, Messages and shadow issues, each as median (min–max) over rounds
+    of a figure computed round by round (added latencies against the same round's direct,
+    throughput against the same round's reference), judged on the median."""
+    rows: list[list[str]] = []
+
+    def goal(name: str, values: list[float], render: Any, target: str, ok: Any) -> None:
+        if not values:
+            return
+        middle = statistics.median(values)
+        rows.append([name, spread(values, render), target, "met" if ok(middle) else "MISSED"])
+
+    def times(r: float) -> str:
+        return f"{r:.2f}×"
+
+    def share(r: float) -> str:
+        return f"{r:.0%}"
+
+    def signed_ms(us: float) -> str:
+        return f"{us / 1000:+.3f}"
+
+    ts = "toolsentry"
+    chat_added = _added_rounds(results, "chat", ts)
+    for workload, versus, label in (
+        ("responses", "chat", "Responses"),
+        ("messages", "chat", "Messages, small body"),
+        ("messages-large", "chat-large", "Messages, 75 kB body"),
+    ):
+        ratio_rounds = _paired(
+            _added_rounds(results, workload, ts),
+            _added_rounds(results, versus, ts) if versus != "chat" else chat_added,
+            lambda x, y: x / y,
+        )
+        goal(
+            f"{label}: added c1 p50 ÷ chat's on the same body size",
+            ratio_rounds,
+            times,
+            f"≤ {GOAL_PROTOCOL_ADDED:.1f}×",
+            lambda m: m <= GOAL_PROTOCOL_ADDED,
+        )
+    for workload in ("chat", "responses", "messages", "chat-large", "messages-large"):
+        goal(
+            f"{workload}: c64 req/s ÷ pass-aiohttp",
+            _rps_rounds(results, workload, ts, "pass-aiohttp"),
+            share,
+            f"≥ {GOAL_PROTOCOL_THROUGHPUT:.0%}",
+            lambda m: m >= GOAL_PROTOCOL_THROUGHPUT,
+        )
+    goal(
+        "messages-large (Claude Code, 75 kB): added c1 p50 ms",
+        _added_rounds(results, "messages-large", ts),
+        ms,
+        f"≤ {GOAL_LARGE_ADDED_MS:.1f} ms",
+        lambda m: m / 1000 <= GOAL_LARGE_ADDED_MS,
+    )
+    goal(
+        "chat: c64 req/s ÷ before the refactor (--baseline)",
+        _rps_rounds(results, "chat", ts, BASELINE),
+        times,
+        f"≥ {GOAL_NO_SLOWER:.2f}× (no slower, 5% for noise)",
+        lambda m: m >= GOAL_NO_SLOWER,
+    )
+    goal(
+        "chat: added c1 p50 ÷ before the refactor (--baseline)",
+        _paired(chat_added, _added_rounds(results, "chat", BASELINE), lambda x, y: x / y),
+        times,
+        f"≤ {1 / GOAL_NO_SLOWER:.2f}× (no slower, 5% for noise)",
+        lambda m: m <= 1 / GOAL_NO_SLOWER,
+    )
+    for workload in ("chat", "responses", "messages"):
+        goal(
+            f"{workload}: added TTFT p50 ms",
+            _added_rounds(results, workload, ts, "ttft"),
+            ms,
+            f"< {GOAL_ADDED_TTFT_MS:.1f} ms",
+            lambda m: m / 1000 < GOAL_ADDED_TTFT_MS,
+        )
+    goal(
+        "shadowing on (every request): added c1 p50 − off, ms",
+        _paired(_added_rounds(results, "chat", SHADOW), chat_added, lambda x, y: x - y),
+        signed_ms,
+        f"≤ {GOAL_SHADOW_ADDED_P50_MS} ms",
+        lambda m: m / 1000 <= GOAL_SHADOW_ADDED_P50_MS,
+    )
+    goal(
+        "shadowing on: c64 req/s ÷ off",
+        _rps_rounds(results, "chat", SHADOW, ts),
+        share,
+        f"≥ {GOAL_SHADOW_THROUGHPUT:.0%}",
+        lambda m: m >= GOAL_SHADOW_THROUGHPUT,
+    )
+    return rows
 
 
 def rich_table(
@@ -998,45 +1149,65 @@ def results_header() -> str:
     )
 
 
-def section(
-    outcomes: dict[str, Outcome], info: dict[str, Any], argv: list[str], api: str = "chat"
-) -> str:
-    ratios, goals = headline(outcomes)
+def section(results: Results, info: dict[str, Any], argv: list[str]) -> str:
     notes = [f"- {name}: {note}" for name, note in info["notes"].items()]
-    notes += [f"- {o.name}: {o.ttft_note}" for o in outcomes.values() if o.ttft_note]
+    notes += [
+        f"- {workload} {o.name}: {o.ttft_note}"
+        for workload, outcomes in results.items()
+        for o in outcomes.values()
+        if o.ttft_note
+    ]
+    sizes = ", ".join(
+        f"{name} {len(WORKLOADS[name].body()) / 1000:.1f} kB on `{WORKLOADS[name].route}`"
+        for name in results
+    )
     parts = [
-        markers(api)[0],
-        "## Proxy overhead (bench/overhead.py)" + ("" if api == "chat" else f", {ROUTES[api]}"),
+        SECTION_BEGIN,
+        "## Proxy overhead (bench/overhead.py)",
         "",
-        f"{dt.datetime.now().strftime('%Y-%m-%d %H:%M')}, {machine()}; wrk {wrk_version()}.",
-        f"Command: `{' '.join(['python -m bench.overhead', *argv])}`; load average at start {info['load']}",
+        f"{dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M')} UTC, {machine()}; wrk {wrk_version()}.",
+        f"Command: `{' '.join(['python -m bench.overhead', *argv])}`; load average at start "
+        f"{info['load']}, at the end {info.get('load_end', '?')}, {info.get('seconds', 0):.0f} s",
         "(other work on the machine: the higher it is, the more the absolute figures stretch).",
         f"Placement: {info['placement']}. Concurrency 1 and {HIGH_CONCURRENCY} from wrk (one thread),",
         f"{info['duration']} s each, {info['rounds']} rounds in rotating order, medians shown; added = target − direct",
         "of the same round. TTFT: streamed requests one at a time, first content byte (bench/ttft.py).",
-        "",
-        markdown_table(COLUMNS, rows(outcomes)),
+        f"Bodies (bench/bodies.py): {sizes}.",
         "",
     ]
-    spreads = spread_rows(outcomes)
-    if spreads:
-        parts += [
-            "Per round, median (min–max) over rounds (each round against its own direct and",
-            "aiohttp pass-through):",
-            "",
-            markdown_table(SPREAD_COLUMNS, spreads),
-            "",
-        ]
-    if ratios:
-        parts += [
-            markdown_table(list(RATIO_COLUMNS), ratios),
-            "",
-        ]
+    goals = issue_goals(results)
     if goals:
-        parts += [markdown_table(["goal", "measured", "target", ""], goals), ""]
+        parts += [
+            "Goals of the issues, each a median (min–max) over rounds of a figure computed round",
+            "by round, judged on the median:",
+            "",
+            markdown_table(GOAL_COLUMNS, goals),
+            "",
+        ]
+    for workload, outcomes in results.items():
+        parts += [
+            f"### {workload} (`{WORKLOADS[workload].route}`)",
+            "",
+            markdown_table(COLUMNS, rows(outcomes)),
+            "",
+        ]
+        spreads = spread_rows(outcomes)
+        if spreads:
+            parts += [
+                "Per round, median (min–max) over rounds (each round against its own direct and",
+                "aiohttp pass-through):",
+                "",
+                markdown_table(SPREAD_COLUMNS, spreads),
+                "",
+            ]
+        ratios, goals = headline(outcomes) if workload == "chat" else ([], [])
+        if ratios:
+            parts += [markdown_table(list(RATIO_COLUMNS), ratios), ""]
+        if goals:
+            parts += [markdown_table(GOAL_COLUMNS, goals), ""]
     if notes:
         parts += [*notes, ""]
-    parts.append(markers(api)[1])
+    parts.append(SECTION_END)
     return "\n".join(parts)
 
 
@@ -1046,21 +1217,11 @@ def wrk_version() -> str:
     return first[0].split(" [")[0].removeprefix("wrk ") if first else "?"
 
 
-def markers(api: str) -> tuple[str, str]:
-    """The markers of `api`'s section of bench/RESULTS.md (chat keeps the original ones)."""
-    if api == "chat":
-        return SECTION_BEGIN, SECTION_END
-    return SECTION_BEGIN.replace(":begin", f":{api}:begin"), SECTION_END.replace(
-        ":end", f":{api}:end"
-    )
-
-
-def write_results(path: Path, text: str, api: str = "chat") -> None:
+def write_results(path: Path, text: str) -> None:
     current = path.read_text() if path.exists() else results_header()
-    begin, end = markers(api)
-    if begin in current and end in current:
-        before, rest = current.split(begin, 1)
-        after = rest.split(end, 1)[1]
+    if SECTION_BEGIN in current and SECTION_END in current:
+        before, rest = current.split(SECTION_BEGIN, 1)
+        after = rest.split(SECTION_END, 1)[1]
         current = before + text + after
     else:
         current = current.rstrip("\n") + "\n\n" + text + "\n"
@@ -1086,9 +1247,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-prefix", default="", help="file name prefix for --profile")
     parser.add_argument(
         "--baseline",
-        type=Path,
-        help="also measure the toolsentry in this directory (another checkout), "
-        f"as '{BASELINE}', for before/after comparisons",
+        metavar="DIR_OR_COMMIT",
+        help="also measure the toolsentry of this checkout, or of this commit's proxy/ (git "
+        f"archive), as '{BASELINE}', on the chat workload: before/after comparisons "
+        f"(the commit before the turn refactor is {REFACTOR_PARENT})",
     )
     parser.add_argument(
         "--toolsentry-dir",
@@ -1097,10 +1259,10 @@ def main(argv: list[str] | None = None) -> int:
         help="the checkout whose toolsentry is measured as 'toolsentry' [this one]",
     )
     parser.add_argument(
-        "--api",
-        choices=sorted(ROUTES),
-        default="chat",
-        help="the wire protocol measured: chat completions or the Responses API [chat]",
+        "--workloads",
+        type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
+        default=["chat"],
+        help=f"comma-separated requests among {', '.join(WORKLOADS)} [chat]",
     )
     parser.add_argument("--no-write", action="store_true", help=f"do not update {RESULTS.name}")
     args = parser.parse_args(argv)
@@ -1109,6 +1271,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"unknown target(s) {', '.join(sorted(unknown))}; choose among {', '.join(TARGETS)}"
         )
+    unknown = set(args.workloads) - set(WORKLOADS)
+    if unknown or not args.workloads:
+        parser.error(
+            f"unknown workload(s) {', '.join(sorted(unknown))}; choose among {', '.join(WORKLOADS)}"
+        )
     if not have_wrk():
         console.print(
             "[bold red]wrk is not installed.[/] It generates the load. Debian/Ubuntu: "
@@ -1116,13 +1283,18 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     started = time.monotonic()
-    outcomes, info = measure(args)
-    info.update(duration=args.duration, rounds=args.rounds)
-    show(outcomes, info)
-    console.print(f"[dim]{time.monotonic() - started:.0f} s[/]")
+    results, info = measure(args)
+    info.update(
+        duration=args.duration,
+        rounds=args.rounds,
+        load_end=load_average(),
+        seconds=time.monotonic() - started,
+    )
+    show(results, info)
+    console.print(f"[dim]{info['seconds']:.0f} s; load average at the end {info['load_end']}[/]")
     if not args.no_write:
         given = sys.argv[1:] if argv is None else argv
-        write_results(RESULTS, section(outcomes, info, given, args.api), args.api)
+        write_results(RESULTS, section(results, info, given))
         console.print(f"wrote {RESULTS.relative_to(ROOT)}")
     return 0
 

@@ -1,6 +1,6 @@
 """The floor: a pass-through proxy with no logic, Starlette + one pooled HTTP client.
 
-`POST /v1/chat/completions` reads the body, sends it unchanged to the upstream over a keep-alive
+`POST /v1/chat/completions` (and `/v1/responses`, `/v1/messages`) reads the body, sends it unchanged to the upstream over a keep-alive
 pool (aiohttp or httpx), and answers with the upstream's status, content type and body; an
 event-stream answer is relayed chunk by chunk as it arrives. It parses nothing and validates
 nothing, so its cost over direct access is the least any Python proxy on this stack can add.
@@ -25,7 +25,14 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 _SSE = "text/event-stream"
-ROUTES = ("/v1/chat/completions", "/v1/responses")  # each forwarded to the same upstream path
+ROUTES = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
+"""Each forwarded to the same upstream path, with its query string (Claude Code's `?beta=true`)."""
+
+
+def _target(upstream: str, request: Request) -> str:
+    query: bytes = request.scope["query_string"]
+    path: str = upstream + request.scope["path"].removeprefix("/v1")
+    return path + "?" + query.decode("latin-1") if query else path
 
 
 def aiohttp_app(upstream: str, connections: int) -> Starlette:
@@ -34,7 +41,7 @@ def aiohttp_app(upstream: str, connections: int) -> Starlette:
 
     async def chat(request: Request) -> Response:
         body = await request.body()
-        url = upstream + request.url.path.removeprefix("/v1")
+        url = _target(upstream, request)
         resp = await state["session"].post(
             url, data=body, headers={"content-type": "application/json"}
         )
@@ -71,7 +78,7 @@ def httpx_app(upstream: str, connections: int) -> Starlette:
 
     async def chat(request: Request) -> Response:
         body = await request.body()
-        url = upstream + request.url.path.removeprefix("/v1")
+        url = _target(upstream, request)
         client = state["client"]
         sent = client.build_request(
             "POST", url, content=body, headers={"content-type": "application/json"}

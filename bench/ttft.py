@@ -1,4 +1,5 @@
-"""Time to first token of a streamed chat completion, one request at a time over one connection.
+"""Time to first token of a streamed answer (any of the three protocols), one request at a time
+over one connection.
 
 A blocking socket, no HTTP library: it sends the request, notes when the upstream's first content
 (`FIRST_TOKEN` of bench/fake_upstream.py) arrives, then reads the stream to its end before the
@@ -22,7 +23,7 @@ import orjson
 from bench.fake_upstream import FIRST_TOKEN
 
 _MARK = FIRST_TOKEN.encode()
-_END = re.compile(rb"\[DONE\]|response\.completed")
+_END = re.compile(rb"\[DONE\]|response\.completed|message_stop")
 
 
 class StreamError(Exception):
@@ -67,7 +68,8 @@ def one(sock: socket.socket, request: bytes) -> tuple[float, bool]:
     while True:
         if first is None and _MARK in body:
             first = time.perf_counter() - start
-        # A chat stream ends with `[DONE]`, a Responses stream with its `response.completed`.
+        # A chat stream ends with `[DONE]`, Responses with `response.completed`, Messages with
+        # `message_stop`.
         if chunked and body.endswith(b"0\r\n\r\n") and _END.search(body):
             break
         if length is not None and len(body) >= length:
@@ -88,8 +90,9 @@ def measure(url: str, body: bytes, requests: int) -> dict[str, float]:
     """Run `requests` streamed requests one after another; return percentiles in microseconds."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
     request = (
-        f"POST {parts.path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
+        f"POST {target} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
         f"accept: text/event-stream\r\ncontent-length: {len(body)}\r\n\r\n"
     ).encode() + body
     sock = _connect(host, port)
