@@ -308,7 +308,7 @@ class ScriptedUpstream:
     request, whatever its route, in `paths`. A chat completion (dict) answering a `stream: true`
     chat request is streamed as vLLM would (`SSE.of`); an `Answer` is rendered for its route,
     streamed when asked. `POST /v1/messages/count_tokens` answers a rough count in vLLM's shape.
-    `pieces_sent` counts the SSE pieces written; `stream_cut` is set when a client closed a
+    `pieces_sent` counts the SSE pieces handed to the server to write; `stream_cut` is set when a client closed a
     stream before its end.
     """
 
@@ -414,8 +414,10 @@ class ScriptedUpstream:
                 if reply.drop_after is not None and i == reply.drop_after:
                     dropped = True
                     raise ConnectionResetError("scripted drop")
-                yield piece
+                # Counted as it is handed to the server to write: after the yield, a fast
+                # client could already hold the piece before it was counted.
                 self.pieces_sent += 1
+                yield piece
                 if i == 0:
                     self.first_chunk_sent.set()
                 if reply.pause_after is not None and i + 1 == reply.pause_after:

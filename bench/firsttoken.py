@@ -1,0 +1,176 @@
+"""The proxy's own time to first token, in-process: what bench/ttft.py's added TTFT is made of.
+
+A streamed request of bench/bodies.py through create_app's ASGI app, with the upstream stubbed
+in-process (its canned stream from bench/fake_upstream.py, no sockets, no HTTP server): from the
+ASGI call to the `http.response.start` message (headers) and to the first body message that
+carries the first token. CPU time (`time.process_time_ns`) and wall time, medians over
+requests, after a warm-up and `gc.freeze()` as the proxy does at startup. End-to-end TTFT on a
+machine shared with other work is mostly scheduling; this is the part that is the proxy's code.
+
+    python -m bench.firsttoken [--requests 2000] [--profile chat]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import pstats
+import statistics
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import uvloop
+
+from bench.bodies import request_body
+from bench.fake_upstream import FIRST_TOKEN, message_events, response_events, stream_events
+from proxy.app import create_app
+from proxy.config import Settings
+from proxy.upstream import UpstreamResponse, UpstreamStream
+
+ROUTES = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
+_STREAMS = {"chat": stream_events, "responses": response_events, "messages": message_events}
+_MARK = FIRST_TOKEN.encode()
+
+
+class StubStreamUpstream:
+    """An upstream whose every stream is the canned one of `api`, in its two bursts."""
+
+    name = "stub"
+
+    def __init__(self, api: str) -> None:
+        self.bursts = _STREAMS[api]()
+
+    async def request(self, method: str, path: str, *, body: Any, headers: Any) -> UpstreamResponse:
+        raise NotImplementedError("streamed requests only")
+
+    @asynccontextmanager
+    async def stream(
+        self, path: str, *, body: Any, headers: Any, method: str = "POST"
+    ) -> AsyncIterator[UpstreamStream]:
+        async def chunks() -> AsyncGenerator[bytes, None]:
+            for burst in self.bursts:
+                yield burst
+
+        body_chunks = chunks()
+        try:
+            yield UpstreamStream(200, {"content-type": "text/event-stream"}, body_chunks)
+        finally:
+            await body_chunks.aclose()
+
+    async def close(self) -> None:
+        return None
+
+
+def measure(api: str, requests: int, profiler: cProfile.Profile | None = None) -> dict[str, float]:
+    """Medians in µs: CPU and wall time to the headers and to the first token."""
+    app = create_app(
+        Settings(upstreams=[{"name": "stub", "base_url": "http://stub/v1"}]),
+        upstreams=[StubStreamUpstream(api)],
+    )
+    raw = request_body(stream=True, api=api)
+    route = ROUTES[api]
+    headers = [
+        (b"host", b"127.0.0.1"),
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(raw)).encode()),
+    ]
+    marks: list[tuple[int, int, int, int]] = []
+
+    async def one(profile: bool) -> None:
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},  # as uvicorn's httptools says
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": route,
+            "raw_path": route.encode(),
+            "root_path": "",
+            "query_string": b"",
+            "headers": headers,
+            "client": ("127.0.0.1", 40000),
+            "server": ("127.0.0.1", 8000),
+            "state": {},
+        }
+        delivered = False
+        done = asyncio.Event()
+        got: list[int] = []
+
+        async def receive() -> dict[str, Any]:
+            nonlocal delivered
+            if delivered:
+                await done.wait()  # the client stays until the response is over
+                return {"type": "http.disconnect"}
+            delivered = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                got.extend((time.process_time_ns(), time.perf_counter_ns()))
+            elif len(got) == 2 and _MARK in message.get("body", b""):
+                got.extend((time.process_time_ns(), time.perf_counter_ns()))
+                if profiler is not None and profile:
+                    profiler.disable()
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                done.set()
+
+        cpu, wall = time.process_time_ns(), time.perf_counter_ns()
+        if profiler is not None and profile:
+            profiler.enable()
+        await app(scope, receive, send)
+        if len(got) == 4:
+            marks.append((got[0] - cpu, got[1] - wall, got[2] - cpu, got[3] - wall))
+
+    async def run() -> None:
+        async with app.router.lifespan_context(app):
+            for _ in range(200):
+                await one(False)
+            marks.clear()
+            gc.freeze()
+            for _ in range(requests):
+                await one(True)
+
+    uvloop.run(run())
+    if len(marks) != requests:
+        raise RuntimeError(f"{requests - len(marks)} streams never carried the first token")
+
+    def median(i: int) -> float:
+        return statistics.median(m[i] for m in marks) / 1000
+
+    return {
+        "cpu_headers_us": median(0),
+        "wall_headers_us": median(1),
+        "cpu_first_token_us": median(2),
+        "wall_first_token_us": median(3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument(
+        "--profile",
+        choices=sorted(ROUTES),
+        help="print cProfile's top entries up to the first token",
+    )
+    args = parser.parse_args()
+    if args.profile:
+        profiler = cProfile.Profile()
+        measure(args.profile, args.requests, profiler)
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
+        return
+    print(f"{'api':10} {'CPU to headers':>15} {'CPU to 1st token':>17} {'wall to 1st token':>18}")
+    for api in ROUTES:
+        r = measure(api, args.requests)
+        print(
+            f"{api:10} {r['cpu_headers_us']:12.1f} µs {r['cpu_first_token_us']:14.1f} µs"
+            f" {r['wall_first_token_us']:15.1f} µs"
+        )
+
+
+if __name__ == "__main__":
+    main()
