@@ -4,7 +4,7 @@ A streamed request of bench/bodies.py through create_app's ASGI app, with the up
 in-process (its canned stream from bench/fake_upstream.py, no sockets, no HTTP server): from the
 ASGI call to the `http.response.start` message (headers) and to the first body message that
 carries the first token. CPU time (`time.process_time_ns`) and wall time, medians over
-requests, after a warm-up and `gc.freeze()` as the proxy does at startup. End-to-end TTFT on a
+requests, after a warm-up and `gc.freeze()` as the proxy does at startup (bench/asgi.py's driver). End-to-end TTFT on a
 machine shared with other work is mostly scheduling; this is the part that is the proxy's code.
 
     python -m bench.firsttoken [--requests 2000] [--profile chat]
@@ -13,22 +13,23 @@ machine shared with other work is mostly scheduling; this is the part that is th
 from __future__ import annotations
 
 import argparse
-import asyncio
 import cProfile
 import gc
 import pstats
 import statistics
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, MutableMapping
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import uvloop
+from starlette.types import Message, Receive, Scope, Send
 
+from bench.asgi import Driver
 from bench.bodies import request_body
 from bench.fake_upstream import FIRST_TOKEN, message_events, response_events, stream_events
 from proxy.app import create_app
-from proxy.config import Settings
+from proxy.config import Settings, UpstreamConfig
 from proxy.upstream import UpstreamResponse, UpstreamStream
 
 ROUTES = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
@@ -68,62 +69,36 @@ class StubStreamUpstream:
 def measure(api: str, requests: int, profiler: cProfile.Profile | None = None) -> dict[str, float]:
     """Medians in µs: CPU and wall time to the headers and to the first token."""
     app = create_app(
-        Settings(upstreams=[{"name": "stub", "base_url": "http://stub/v1"}]),
+        Settings(upstreams=[UpstreamConfig(name="stub", base_url="http://stub/v1")]),
         upstreams=[StubStreamUpstream(api)],
     )
-    raw = request_body(stream=True, api=api)
-    route = ROUTES[api]
-    headers = [
-        (b"host", b"127.0.0.1"),
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(raw)).encode()),
-    ]
-    marks: list[tuple[int, int, int, int]] = []
+    marks: list[tuple[int, ...]] = []
+    got: list[int] = []
 
-    async def one(profile: bool) -> None:
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},  # as uvicorn's httptools says
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": route,
-            "raw_path": route.encode(),
-            "root_path": "",
-            "query_string": b"",
-            "headers": headers,
-            "client": ("127.0.0.1", 40000),
-            "server": ("127.0.0.1", 8000),
-            "state": {},
-        }
-        delivered = False
-        done = asyncio.Event()
-        got: list[int] = []
+    async def timed(scope: Scope, receive: Receive, send: Send) -> None:
+        """The app, with the moments of its headers and its first token noted."""
 
-        async def receive() -> dict[str, Any]:
-            nonlocal delivered
-            if delivered:
-                await done.wait()  # the client stays until the response is over
-                return {"type": "http.disconnect"}
-            delivered = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-
-        async def send(message: MutableMapping[str, Any]) -> None:
+        async def noting(message: Message) -> None:
             if message["type"] == "http.response.start":
                 got.extend((time.process_time_ns(), time.perf_counter_ns()))
-            elif len(got) == 2 and _MARK in message.get("body", b""):
+            elif len(got) == 4 and _MARK in message.get("body", b""):
                 got.extend((time.process_time_ns(), time.perf_counter_ns()))
-                if profiler is not None and profile:
+                if profiler is not None:
                     profiler.disable()
-            if message["type"] == "http.response.body" and not message.get("more_body"):
-                done.set()
+            await send(message)
 
-        cpu, wall = time.process_time_ns(), time.perf_counter_ns()
+        await app(scope, receive, noting)
+
+    driver = Driver(timed, request_body(stream=True, api=api), ROUTES[api])
+
+    async def one(profile: bool) -> None:
+        got[:] = [time.process_time_ns(), time.perf_counter_ns()]
         if profiler is not None and profile:
             profiler.enable()
-        await app(scope, receive, send)
-        if len(got) == 4:
-            marks.append((got[0] - cpu, got[1] - wall, got[2] - cpu, got[3] - wall))
+        await driver.request()
+        if len(got) == 6:
+            cpu, wall = got[0], got[1]
+            marks.append((got[2] - cpu, got[3] - wall, got[4] - cpu, got[5] - wall))
 
     async def run() -> None:
         async with app.router.lifespan_context(app):
@@ -135,6 +110,7 @@ def measure(api: str, requests: int, profiler: cProfile.Profile | None = None) -
                 await one(True)
 
     uvloop.run(run())
+    driver.check()
     if len(marks) != requests:
         raise RuntimeError(f"{requests - len(marks)} streams never carried the first token")
 
