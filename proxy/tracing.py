@@ -678,7 +678,8 @@ class RequestTrace:
             self._exporter.add(span)
 
     def attempt_kind(self, kind: str) -> None:
-        """The turn's next upstream call: "first", "reask", "shadow"; tries restart at 1."""
+        """The turn's next upstream call: "first", "reask", "fallback" (a constrained re-ask the
+        upstream refused, sent again plain), "shadow"; tries restart at 1."""
         self._kind = kind
         self._tries = 0
 

@@ -604,6 +604,9 @@ class Turn:
             self._pipeline.metrics.repairs.labels(
                 self.model, violation.channel.value, "fallback", self.protocol.api
             ).inc()
+        trace = CURRENT_TRACE.get()
+        if trace is not None:
+            trace.attempt_kind("fallback")
         return await self.send(request), self._strict_first
 
     def _count(self, violations: Sequence[Violation]) -> None:

@@ -150,6 +150,30 @@ def test_a_repair_that_fails_records_every_answers_violations_as_unrepaired(
     assert [g.attributes[tracing.DECISION] for g in guardrails] == ["warn", "warn"]
 
 
+def test_a_constrained_reask_the_upstream_refuses_and_its_plain_fallback_are_named_apart(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream, receiver: OTLPReceiver
+) -> None:
+    proxy = make_proxy(otlp_endpoint=receiver.endpoint, repair="constrain")
+
+    def without_structured_outputs(request: dict[str, object]) -> object:
+        if request.get("tool_choice") not in (None, "auto"):  # what a constrained re-ask asks
+            return Fault(400, {"error": {"message": "Unrecognized request argument: strict"}})
+        return HALLUCINATED if len(request["messages"]) == 2 else VALID  # type: ignore[arg-type]
+
+    upstream.script.handler = without_structured_outputs
+    response = post(proxy, make_request())
+    assert response.status_code == 200
+    assert response.headers["x-toolsentry-repairs"] == "1"
+    spans = spans_of(receiver, 5)
+    attempts = sorted((s for s in spans if s.kind == "CLIENT"), key=lambda s: s.start_ns)
+    assert [
+        (a.attributes[tracing.ATTEMPT_KIND], a.attributes[tracing.HTTP_STATUS], a.status)
+        for a in attempts
+    ] == [("first", 200, "UNSET"), ("reask", 400, "ERROR"), ("fallback", 200, "UNSET")]
+    (guardrail,) = (s for s in spans if s.kind == "INTERNAL")
+    assert guardrail.parent_span_id == attempts[0].span_id
+
+
 def test_a_schema_violation_names_its_json_pointer_and_an_unrepaired_one_is_a_warning(
     make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream, receiver: OTLPReceiver
 ) -> None:
