@@ -1,21 +1,24 @@
-"""The agent under test: an OpenAI chat client on any `base_url` (the proxy, vLLM, …), and an oracle.
+"""The agent under test: a model on any `base_url` (the proxy, vLLM, …) asked in one of three wire
+protocols (`evalkit.wire`), and an oracle.
 
-`LLMAgent` sends the domain policy as its system prompt and the domain tools as `tools`, marks
-every request with the episode's session and task (`x-session-id`, `x-evalkit-task`), and keeps
-the proxy's `x-toolsentry-*` response headers on each assistant message (`proxy_headers`), so
-the results file can say what the proxy saw and did at every turn.
+`LLMAgent` sends the domain policy as its system prompt and the domain tools, marks every request
+with the episode's session and task (`x-session-id`, `x-evalkit-task`), and keeps the proxy's
+`x-toolsentry-*` response headers on each assistant message (`proxy_headers`), so the results
+file can say what the proxy saw and did at every turn. It builds one protocol-neutral
+`AgentTurn`; an `AgentWire` writes it in its protocol and reads the answer back.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import openai
 from openai import AsyncOpenAI
 
-from evalkit.errors import AgentError, EndpointError
+from evalkit.errors import EndpointError
 from evalkit.messages import (
     AssistantMessage,
     ToolCall,
@@ -43,6 +46,47 @@ class Agent(Protocol):
     """Produces the agent's next message from the conversation so far (the full trajectory)."""
 
     async def respond(self, history: Sequence[Any]) -> AssistantMessage: ...
+
+
+@dataclass(frozen=True)
+class AgentTurn:
+    """One request of the agent, protocol-neutral.
+
+    `history` is the agent's view of the episode (`evalkit.messages.agent_view`); `tools` are
+    the domain's tools in Chat Completions' shape; `metadata` goes into the body's `metadata`
+    (where a simulated upstream behind a proxy reads the episode); `options` are further keyword
+    arguments of the SDK call (`temperature`, …).
+    """
+
+    model: str
+    system: str | None
+    history: Sequence[Any]
+    tools: Sequence[Mapping[str, Any]]
+    headers: Mapping[str, str] = field(default_factory=dict)
+    metadata: Mapping[str, str] | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+class AgentWire(Protocol):
+    """Sends an agent turn in one wire protocol and reads the answer (`evalkit.wire`)."""
+
+    @property
+    def api(self) -> str:
+        """The protocol's name: chat, responses or messages."""
+        ...
+
+    async def send(self, turn: AgentTurn) -> AssistantMessage:
+        """The endpoint's answer to `turn`.
+
+        Raises:
+            EndpointError: when the endpoint fails (status and error type kept).
+            AgentError: when the answer holds no message.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Close the wire's client."""
+        ...
 
 
 def system_prompt(policy: str) -> str:
@@ -115,12 +159,16 @@ def to_openai_messages(system: str | None, history: Sequence[Any]) -> list[dict[
 
 
 def _openai_call(call: ToolCall) -> dict[str, Any]:
-    arguments = call.raw_arguments if call.raw_arguments is not None else json.dumps(call.arguments)
     return {
         "id": call.id,
         "type": "function",
-        "function": {"name": call.name, "arguments": arguments},
+        "function": {"name": call.name, "arguments": arguments_text(call)},
     }
+
+
+def arguments_text(call: ToolCall) -> str:
+    """A call's arguments as the model wrote them: its raw text when that was not a JSON object."""
+    return call.raw_arguments if call.raw_arguments is not None else json.dumps(call.arguments)
 
 
 def parse_tool_call(
@@ -140,30 +188,41 @@ def parse_tool_call(
 def endpoint_error(exc: openai.OpenAIError, what: str) -> EndpointError:
     """An `EndpointError` for a failed OpenAI SDK call (status and error type kept)."""
     if isinstance(exc, openai.APIStatusError):
-        error_type = None
-        body = exc.body
-        if isinstance(body, dict):
-            inner = body.get("error", body)
-            if isinstance(inner, dict) and isinstance(inner.get("type"), str):
-                error_type = inner["type"]
-        return EndpointError(
-            f"{what} endpoint answered HTTP {exc.status_code}: {exc.message}",
-            status=exc.status_code,
-            error_type=error_type,
-        )
+        return status_error(what, exc.status_code, exc.message, exc.body)
     return EndpointError(f"{what} endpoint failed: {exc}")
 
 
+def status_error(what: str, status: int, message: str, body: object) -> EndpointError:
+    """An `EndpointError` for an HTTP error answer, its error type read from an OpenAI error
+    (the SDK's body is the inner `error` object) or an Anthropic one (`{"type": "error",
+    "error": {"type", "message"}}`)."""
+    error_type = None
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict):
+            if isinstance(inner.get("type"), str):
+                error_type = inner["type"]
+            # The error's own words, not the SDK's rendering of the whole body, so the same
+            # error reads the same whichever protocol carried it.
+            if isinstance(inner.get("message"), str):
+                message = inner["message"]
+    return EndpointError(
+        f"{what} endpoint answered HTTP {status}: {message}", status=status, error_type=error_type
+    )
+
+
 class LLMAgent:
-    """An agent backed by an OpenAI-compatible chat endpoint.
+    """An agent backed by a model endpoint, asked over `wire` (Chat Completions, Responses or
+    Messages; see `evalkit.wire`).
 
     One instance per episode: `session_id`, `task_id`, `trial` and `seed` go into every
-    request's headers.
+    request's headers, with `headers` (the proxy's per-request settings); `metadata` into its
+    body; `llm_args` are further arguments of the SDK call.
     """
 
     def __init__(
         self,
-        client: AsyncOpenAI,
+        wire: AgentWire,
         model: str,
         *,
         policy: str,
@@ -173,12 +232,15 @@ class LLMAgent:
         llm_args: Mapping[str, Any] | None = None,
         trial: int | None = None,
         seed: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> None:
-        headers = episode_headers(session_id, task_id, trial, seed)
-        self._client = client.with_options(default_headers=headers) if headers else client
+        self.wire = wire
         self.model = model
         self.system = system_prompt(policy)
         self.tools = tools
+        self.headers = {**episode_headers(session_id, task_id, trial, seed), **(headers or {})}
+        self.metadata = dict(metadata) if metadata is not None else None
         self.llm_args = dict(llm_args or {"temperature": 0.0})
 
     async def respond(self, history: Sequence[Any]) -> AssistantMessage:
@@ -186,46 +248,18 @@ class LLMAgent:
 
         Raises:
             EndpointError: when the endpoint fails (status and error type kept).
-            AgentError: when the answer has no choice.
+            AgentError: when the answer holds no message.
         """
-        messages = to_openai_messages(self.system, agent_view(history))
-        try:
-            raw = await self._client.chat.completions.with_raw_response.create(
-                model=self.model,
-                messages=messages,  # type: ignore[arg-type]
-                tools=self.tools,  # type: ignore[arg-type]
-                **self.llm_args,
-            )
-        except openai.OpenAIError as exc:
-            raise endpoint_error(exc, "agent") from exc
-        completion = raw.parse()
-        headers = {
-            k.lower(): v
-            for k, v in raw.headers.items()
-            if k.lower().startswith(PROXY_HEADER_PREFIX)
-        }
-        if not completion.choices:
-            raise AgentError("the agent's endpoint returned no choices")
-        choice = completion.choices[0]
-        calls = [
-            parse_tool_call(c.id, c.function.name, c.function.arguments)
-            for c in (choice.message.tool_calls or [])
-            if c.type == "function"
-        ]
-        usage = None
-        if completion.usage is not None:
-            usage = {
-                "completion_tokens": completion.usage.completion_tokens,
-                "prompt_tokens": completion.usage.prompt_tokens,
-            }
-        return AssistantMessage(
-            content=choice.message.content,
-            tool_calls=calls or None,
-            timestamp=now_iso(),
-            usage=usage,
-            raw_data=choice.model_dump(mode="json"),
-            proxy_headers=headers,
+        turn = AgentTurn(
+            self.model,
+            self.system,
+            agent_view(history),
+            self.tools,
+            headers=self.headers,
+            metadata=self.metadata,
+            options=self.llm_args,
         )
+        return await self.wire.send(turn)
 
 
 def next_gold_action(actions: Sequence[Action], history: Sequence[Any]) -> Action | None:

@@ -55,6 +55,7 @@ from evalkit.replay import (
 from evalkit.report import write_report
 from evalkit.rescore import RescoreReport, judge_simulations, rescore
 from evalkit.scoring import NLAssertionCheck
+from evalkit.wire import ApiName
 
 app = typer.Typer(
     name="evalkit",
@@ -504,6 +505,14 @@ def replay_command(
     ] = None,
     judge_base_url: JudgeBaseUrlOption = None,
     judge_model: JudgeModelOption = None,
+    api: Annotated[
+        str,
+        typer.Option(
+            help="The wire protocol the agent speaks to the proxy: chat (Chat Completions), "
+            "responses (the Responses API) or messages (the Anthropic Messages API); the same "
+            "seed gives the same episodes on each.",
+        ),
+    ] = "chat",
 ) -> None:
     """Replay a domain's tasks through the proxy and show what a flat score hides."""
     from evalkit.progress import ReplayProgress
@@ -542,6 +551,7 @@ def replay_command(
                 data_dir=None if data_dir is None else str(data_dir),
                 judge_base_url=judge_base_url,
                 judge_model=judge_model,
+                api=cast(ApiName, api),  # ReplayOptions.check refuses other values
             )
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
             replay = Replay.start(options, out or Path("runs") / f"{domain}-{stamp}")

@@ -29,6 +29,7 @@ from evalkit.analysis.tables import (
 )
 from evalkit.formats import Results
 from evalkit.replay import Replay
+from evalkit.wire import API_TITLES
 from proxy.guard.toolcheck import compile_tools
 
 SUMMARY: Final = "summary.md"
@@ -155,7 +156,8 @@ def replay_preamble(replay: Replay) -> list[str]:
     what = (
         f"Domain {options.domain}: {len(replay.tasks)} tasks × {options.trials} trial(s) × "
         f"{len(replay.arms)} arm(s) = {done} of {replay.total()} episodes, max_errors "
-        f"{options.max_errors}, seed {options.seed}, {options.user} user."
+        f"{options.max_errors}, seed {options.seed}, {options.user} user, the agent speaking "
+        f"{API_TITLES[options.api]}."
     )
     if options.embedded:
         who = (

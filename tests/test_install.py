@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 DOCKERFILES = [REPO / "Dockerfile", REPO / "examples" / "Dockerfile"]
 
 # What `pip install toolsentry` must not bring or load: evalkit's own dependencies.
-EVALKIT_ONLY = ("matplotlib", "numpy", "openai")
+EVALKIT_ONLY = ("anthropic", "matplotlib", "numpy", "openai")
 
 
 def install_step(dockerfile: Path) -> tuple[list[tuple[str, str]], list[str]]:

@@ -6,6 +6,9 @@ base URL the run is self-contained: the simulated upstream and the proxy start i
 on free loopback ports, and the default arms — bf16 and int4, each with repair off and on — show
 on one screen what a flat score hides and what repair recovers.
 
+The agent speaks one wire protocol to the proxy, `--api chat` (the default), `responses` or
+`messages` (`evalkit.wire`): the same episodes, seed for seed, give the same results on each.
+
 Episodes of all arms run concurrently on one event loop, each with its own proxy session
 (`<run id>-<arm>-<task>-<trial>`), its reward computed as it ends. Each arm's results are a
 τ²-bench-compatible results file (`DIR/results.json` for one arm, `DIR/<arm>/results.json` for

@@ -9,6 +9,7 @@ from typing import Any, Final, Literal
 
 from evalkit.errors import UsageError
 from evalkit.orchestrator import DEFAULT_MAX_STEPS
+from evalkit.wire import API_NAMES, ApiName
 
 MANIFEST: Final = "replay.json"
 RESULTS: Final = "results.json"
@@ -30,7 +31,8 @@ class ReplayOptions:
 
     `profiles` and `repairs` are lists: the arms are their product. With `base_url`, `model`
     names the one model and `profiles` is unused; an empty `repairs` then leaves repair to the
-    proxy's own configuration.
+    proxy's own configuration. `api` is the wire protocol the agent speaks to the proxy (a
+    manifest written before it existed resumes as chat).
     """
 
     domain: str = "retail"
@@ -51,6 +53,7 @@ class ReplayOptions:
     data_dir: str | None = None
     judge_base_url: str | None = None
     judge_model: str | None = None
+    api: ApiName = "chat"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form."""
@@ -89,6 +92,8 @@ class ReplayOptions:
         """
         if self.user not in USER_KINDS:
             raise UsageError(f"--user must be one of {', '.join(USER_KINDS)}, got {self.user!r}")
+        if self.api not in API_NAMES:
+            raise UsageError(f"--api must be one of {', '.join(API_NAMES)}, got {self.api!r}")
         if self.trials < 1:
             raise UsageError("--trials must be at least 1")
         if self.max_errors < 1:

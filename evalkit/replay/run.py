@@ -15,7 +15,7 @@ from typing import Any, cast
 import httpx
 from openai import AsyncOpenAI
 
-from evalkit.agent import LLMAgent, episode_metadata, make_client
+from evalkit.agent import AgentWire, LLMAgent, episode_metadata, make_client
 from evalkit.domains import get_domain
 from evalkit.domains.base import Domain
 from evalkit.errors import EndpointError, JudgeError, UsageError
@@ -38,6 +38,7 @@ from evalkit.sim.profiles import DamageProfile, load_profile
 from evalkit.tasks import Task
 from evalkit.termination import TerminationReason
 from evalkit.users import LLMUser, ScriptedUser, UserSimulator
+from evalkit.wire import agent_wire
 
 
 @dataclass
@@ -152,6 +153,7 @@ class Replay:
             seed=options.seed,
             toolsentry={
                 "arm": arm.name,
+                "api": options.api,
                 "profile": arm.profile,
                 "repair": arm.repair,
                 "upstream": upstream,
@@ -211,7 +213,8 @@ class Replay:
                 run.dirty = False
 
     async def run(self, base_url: str, on_episode: EpisodeCallback | None = None) -> None:
-        """Play every pending episode against `base_url` (the proxy), `concurrency` at a time.
+        """Play every pending episode against `base_url` (the proxy's OpenAI base URL, `…/v1`),
+        `concurrency` at a time, in the run's wire protocol.
 
         Results are saved as episodes finish and once more at the end, also when cancelled
         (Ctrl-C): finished episodes are never lost.
@@ -232,13 +235,13 @@ class Replay:
         user_client: AsyncOpenAI | None = None
         if options.user == "llm" and options.user_base_url:
             user_client = make_client(options.user_base_url)
-        client = make_client(base_url)
+        wire = agent_wire(options.api, base_url)
         http = httpx.AsyncClient(timeout=PROBE_TIMEOUT_S)
         gate = asyncio.Semaphore(options.concurrency)
 
         async def play(arm: Arm, task: Task, trial: int) -> None:
             async with gate:
-                simulation = await self.play(client, user_client, arm, task, trial, judge)
+                simulation = await self.play(wire, user_client, arm, task, trial, judge)
                 block = simulation.toolsentry if simulation.toolsentry is not None else {}
                 # Without the session record the analysis falls back on the headers of each
                 # turn, and says so; the reason is kept beside it.
@@ -261,7 +264,7 @@ class Replay:
             await _all(play(arm, task, trial) for arm, task, trial in self.pending())
         finally:
             self.save(force=True)
-            await client.close()
+            await wire.close()
             await http.aclose()
             if user_client is not None:
                 await user_client.close()
@@ -270,21 +273,21 @@ class Replay:
 
     async def play(
         self,
-        client: AsyncOpenAI,
+        wire: AgentWire,
         user_client: AsyncOpenAI | None,
         arm: Arm,
         task: Task,
         trial: int,
         judge: NLJudge | None = None,
     ) -> SimulationRun:
-        """Play and score one episode of `arm`, its NL assertions by `judge` when given; never
+        """Play and score one episode of `arm` over `wire`, its NL assertions by `judge` when given; never
         raises for what the endpoints do (a judge that fails makes the episode an
         infrastructure error)."""
         options = self.options
         agent_tools, user_tools = self.domain.toolkit_classes()
         session = session_id(self.run_id, arm, task.id, trial)
         agent = LLMAgent(
-            client,
+            wire,
             arm.model,
             policy=self.domain.policy,
             tools=agent_tools.openai_tools(),
@@ -292,11 +295,9 @@ class Replay:
             task_id=task.id,
             trial=trial,
             seed=options.seed,
-            llm_args={
-                "temperature": 0.0,
-                "extra_headers": arm.headers(options.max_errors),
-                "extra_body": {"metadata": episode_metadata(task.id, trial, options.seed)},
-            },
+            llm_args={"temperature": 0.0},
+            headers=arm.headers(options.max_errors),
+            metadata=episode_metadata(task.id, trial, options.seed),
         )
         user: UserSimulator
         if user_client is not None and options.user_model:
@@ -326,6 +327,7 @@ class Replay:
             )
             block["failure"] = exc.message
         block["arm"] = arm.name
+        block["api"] = options.api
         block["session_id"] = session
         simulation.toolsentry = block
         return simulation

@@ -14,13 +14,14 @@ from evalkit.messages import AssistantMessage, ToolCall, UserMessage
 from evalkit.orchestrator import run_episode
 from evalkit.scoring import evaluate
 from evalkit.users import ScriptedUser
+from evalkit.wire import ChatWire
 from tests.evalkit.conftest import Reply, ScriptedChatServer, completion
 
 
 def make_agent(client: AsyncOpenAI, domain: Domain, task_id: str = "7") -> LLMAgent:
     tools, _ = domain.toolkit_classes()
     return LLMAgent(
-        client,
+        ChatWire(client),
         "scripted",
         policy=domain.policy,
         tools=tools.openai_tools(),
