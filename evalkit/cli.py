@@ -586,7 +586,15 @@ def sim_serve(
         str, typer.Option(help="Default damage profile: bf16, fp8, int4 or a YAML file.")
     ] = "int4",
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8001,
+    port: Annotated[
+        int, typer.Option(help="Port to listen on; 0 takes a free one (see --port-file).")
+    ] = 8001,
+    port_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write the port listened on to this file (one line) once the socket listens."
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of requests that carry none.")] = 0,
     int4_multiplier: Annotated[
         float, typer.Option(help="int4's channel error rates as a multiple of bf16's.")
@@ -599,6 +607,8 @@ def sim_serve(
     import uvicorn
 
     from evalkit.sim import builtin_profiles, create_sim_app, load_profile
+    from proxy import listening
+    from proxy.errors import ConfigError
 
     with exit_on_error():
         loaded = get_domain(domain, data_dir)
@@ -606,12 +616,23 @@ def sim_serve(
         default = load_profile(profile, int4_multiplier=int4_multiplier)
         profiles[default.name] = default
         application = create_sim_app(loaded, profiles, default_profile=default.name, seed=seed)
-    Console(stderr=True).print(
-        f"evalkit sim ({domain}, default profile {default.name}) on http://{host}:{port}/v1 — "
-        "simulated answers, not a real model",
-        highlight=False,
-    )
-    uvicorn.run(application, host=host, port=port, log_level="warning", access_log=False)
+        try:
+            sock = listening.listen(host, port)
+        except ConfigError as exc:
+            raise UsageError(exc.message) from None
+    with sock:
+        if port_file is not None:
+            listening.write_port_file(port_file, sock)
+        Console(stderr=True).print(
+            f"evalkit sim ({domain}, default profile {default.name}) on "
+            f"{listening.url_of(host, sock)}/v1 — simulated answers, not a real model",
+            highlight=False,
+            soft_wrap=True,
+        )
+        config = uvicorn.Config(application, log_level="warning", access_log=False)
+        status = listening.serve(config, sock)
+    if status:
+        raise typer.Exit(code=status)
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -19,10 +20,11 @@ import typer
 import uvicorn
 from rich.console import Console
 
-from proxy import __version__
+from proxy import __version__, listening
 from proxy.config import Settings, load_settings
 from proxy.errors import ConfigError
 from proxy.guard.repair import RepairMode
+from proxy.listening import listen, url_of, write_port_file
 from proxy.logs import configure_logging
 
 app = typer.Typer(
@@ -91,7 +93,19 @@ def serve(
     port: Annotated[
         int | None,
         typer.Option(
-            help="Port to listen on [default: 8000].", envvar="TOOLSENTRY_PORT", show_envvar=True
+            help="Port to listen on; 0 takes a free one, named in the startup line and the "
+            "--port-file [default: 8000].",
+            envvar="TOOLSENTRY_PORT",
+            show_envvar=True,
+        ),
+    ] = None,
+    port_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write the port listened on to this file (one line) once the socket listens, "
+            "for whoever started the proxy with --port 0.",
+            envvar="TOOLSENTRY_PORT_FILE",
+            show_envvar=True,
         ),
     ] = None,
     workers: Annotated[
@@ -203,10 +217,12 @@ def serve(
         check_runnable(settings)
     except ConfigError as exc:
         raise _fail(exc.message) from None
+    try:
+        sock = listen(settings.host, settings.port)
+    except ConfigError as exc:
+        raise _fail(exc.message) from None
     configure_logging(settings.log_level)
     options: dict[str, Any] = {
-        "host": settings.host,
-        "port": settings.port,
         "log_level": "warning" if settings.log_level == "info" else settings.log_level,
         "access_log": False,
         # The proxy reads no client address, so X-Forwarded-* need no middleware of their own
@@ -216,33 +232,44 @@ def serve(
         "http": "httptools",
         "timeout_graceful_shutdown": 10,
     }
-    if settings.workers > 1:
-        os.environ[RESOLVED_SETTINGS_ENV] = settings.to_json_with_secrets()
-        # A fresh directory per run: values left by an earlier run would be added to this one's.
-        metrics_dir = tempfile.mkdtemp(prefix="toolsentry-metrics-")
-        os.environ[METRICS_DIR_ENV] = metrics_dir
-        _err.print(
-            f"toolsentry {__version__} on http://{settings.host}:{settings.port}/v1 with "
-            f"{settings.workers} workers → " + ", ".join(u.base_url for u in settings.upstreams)
-        )
-        try:
-            uvicorn.run(
+    with sock:
+        if settings.workers > 1:
+            os.environ[RESOLVED_SETTINGS_ENV] = settings.to_json_with_secrets()
+            # A fresh directory per run: values left by an earlier run would be added to this
+            # one's.
+            metrics_dir = tempfile.mkdtemp(prefix="toolsentry-metrics-")
+            os.environ[METRICS_DIR_ENV] = metrics_dir
+            supervised = uvicorn.Config(
                 "proxy.cli:app_from_environment", factory=True, workers=settings.workers, **options
             )
-        finally:
-            shutil.rmtree(metrics_dir, ignore_errors=True)
-        return
-    from proxy.app import create_app
+            try:
+                _report(sock, settings, port_file, f"with {settings.workers} workers → ")
+                status = listening.serve(supervised, sock)
+            finally:
+                shutil.rmtree(metrics_dir, ignore_errors=True)
+        else:
+            from proxy.app import create_app
 
-    try:
-        application = create_app(settings, environ=os.environ)
-    except ConfigError as exc:
-        raise _fail(exc.message) from None
+            try:
+                application = create_app(settings, environ=os.environ)
+            except ConfigError as exc:
+                raise _fail(exc.message) from None
+            _report(sock, settings, port_file, "→ ")
+            status = listening.serve(uvicorn.Config(application, **options), sock)
+    if status:
+        raise typer.Exit(code=status)
+
+
+def _report(sock: socket.socket, settings: Settings, port_file: Path | None, how: str) -> None:
+    """Say where the proxy listens: the startup line, and `port_file` when given."""
+    if port_file is not None:
+        write_port_file(port_file, sock)
+    upstreams = ", ".join(u.base_url for u in settings.upstreams)
     _err.print(
-        f"toolsentry {__version__} on http://{settings.host}:{settings.port}/v1 → "
-        + ", ".join(u.base_url for u in settings.upstreams)
+        f"toolsentry {__version__} on {url_of(settings.host, sock)}/v1 {how}{upstreams}",
+        highlight=False,
+        soft_wrap=True,
     )
-    uvicorn.run(application, **options)
 
 
 @app.command("check-config")

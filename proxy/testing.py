@@ -508,23 +508,41 @@ async def _reset_connection() -> None:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
+    """A TCP port on 127.0.0.1 that is free right now, and may be taken by the time it is used:
+    a server started here binds port 0 itself (LoopbackServer; `toolsentry serve --port 0
+    --port-file`), and a port that must refuse connections is `unused_socket`'s."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
 
 
-class LoopbackServer:
-    """Runs an ASGI app under uvicorn on 127.0.0.1 in a background thread; a context manager."""
+def unused_socket() -> socket.socket:
+    """A TCP socket bound to a free port on 127.0.0.1 and not listening: a connection to its port
+    is refused, and no other server can take the port while it is open. `LoopbackServer(app,
+    sock=...)` serves on it later (an upstream that comes back on the same port)."""
+    # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets whose proto says TCP,
+    # and accepted sockets inherit it; with proto 0 every keep-alive response (headers and
+    # body written apart) waited ~40 ms for the client's delayed ACK.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
-    def __init__(self, app: Any, *, port: int | None = None) -> None:
-        # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY only on sockets whose proto says TCP,
-        # and accepted sockets inherit it; with proto 0 every keep-alive response (headers and
-        # body written apart) waited ~40 ms for the client's delayed ACK.
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", port or 0))
+
+class LoopbackServer:
+    """Runs an ASGI app under uvicorn on 127.0.0.1 in a background thread; a context manager.
+
+    It binds its own socket (`port`, or a free one), or serves on `sock` (from `unused_socket`).
+    """
+
+    def __init__(
+        self, app: Any, *, port: int | None = None, sock: socket.socket | None = None
+    ) -> None:
+        if sock is None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port or 0))
+        self._sock = sock
         self.port: int = self._sock.getsockname()[1]
         config = uvicorn.Config(
             app, log_level="error", access_log=False, lifespan="on", loop="asyncio"

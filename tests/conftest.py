@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from proxy.logs import configure_logging
-from proxy.testing import free_port
+from proxy.testing import free_port, unused_socket
 from tests.processes import stop_process
 from tests.require import in_ci, require
 
@@ -65,7 +65,9 @@ class RedisServer:
 
 def _start_redis(binary: str) -> RedisServer:
     last_error = ""
-    for _ in range(3):  # a free port can be taken between choosing it and binding it
+    # redis-server cannot bind port 0 and report it (`--port 0` turns TCP off), so a free port is
+    # chosen here; one taken between choosing it and binding it is chosen again.
+    for _ in range(3):
         port = free_port()
         options = ["--save", "", "--appendonly", "no", "--port", str(port), "--bind", "127.0.0.1"]
         process = subprocess.Popen(
@@ -91,6 +93,14 @@ def _stop_redis(server: RedisServer) -> None:
     stop_process(server.process, timeout=10)
     if server.process.stdout is not None:
         server.process.stdout.close()
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A loopback port that refuses connections for the whole test: bound, never listening, so
+    no other server can take it meanwhile."""
+    with unused_socket() as sock:
+        yield sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

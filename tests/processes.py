@@ -1,9 +1,57 @@
-"""Ending the child processes the tests start (servers, the proxy), also when they hang."""
+"""The child processes the tests start (servers, the proxy): where they listen, and ending them,
+also when they hang."""
 
 from __future__ import annotations
 
 import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+
+class ServerNotStarted(RuntimeError):
+    """A server child process exited, or did not report its port in time; the message has its
+    log."""
+
+
+def port_options(port_file: Path) -> list[str]:
+    """The options that make `toolsentry serve` or `evalkit sim serve` listen on a free port and
+    report it in `port_file` (see `reported_port`)."""
+    port_file.unlink(missing_ok=True)  # a file left by an earlier server is not this one's
+    return ["--port", "0", "--port-file", str(port_file)]
+
+
+def reported_port(
+    process: subprocess.Popen[Any],
+    port_file: Path,
+    log: Callable[[], str],
+    *,
+    timeout: float = 60,
+) -> int:
+    """The port `process` (started with `port_options(port_file)`) listens on: it writes the file
+    once its socket listens, so a connection made from then on is never refused. Raises
+    ServerNotStarted, with `log()`, when it exits first or writes nothing within `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            text = port_file.read_text()
+        except FileNotFoundError:
+            text = ""
+        if text.endswith("\n"):  # written whole (renamed into place)
+            return int(text)
+        if process.poll() is not None:
+            raise ServerNotStarted(
+                f"{process.args!r} exited with {process.returncode} before it listened:\n{log()}"
+            )
+        if time.monotonic() > deadline:
+            raise ServerNotStarted(f"{process.args!r} did not listen within {timeout} s:\n{log()}")
+        time.sleep(0.05)
+
+
+def tail(path: Path, size: int = 3000) -> Callable[[], str]:
+    """A `log` for `reported_port`: the end of the file `path`."""
+    return lambda: path.read_text(errors="replace")[-size:] if path.exists() else ""
 
 
 def stop_process(process: subprocess.Popen[Any], timeout: float) -> None:

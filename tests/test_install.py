@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy.testing import free_port
+from tests.processes import port_options, reported_port, tail
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILES = [REPO / "Dockerfile", REPO / "examples" / "Dockerfile"]
@@ -77,14 +77,16 @@ def test_importing_the_proxy_loads_no_evalkit_dependency() -> None:
 
 
 def _serve_until_ready(toolsentry: Path, log: Path) -> None:
-    port = free_port()
+    port_file = log.with_suffix(".port")
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [str(toolsentry), "serve", "--upstream", "http://127.0.0.1:9/v1", "--port", str(port)],
+            [str(toolsentry), "serve", "--upstream", "http://127.0.0.1:9/v1",
+             *port_options(port_file)],
             stdout=out,
             stderr=subprocess.STDOUT,
-        )
+        )  # fmt: skip
     try:
+        port = reported_port(process, port_file, tail(log))
         deadline = time.monotonic() + 60
         while True:
             try:

@@ -34,9 +34,8 @@ from evalkit.replay import (
     select_tasks,
 )
 from evalkit.summary import summarize_replay
-from proxy.testing import free_port
 from tests.evalkit.conftest import Reply, ScriptedChatServer, completion
-from tests.processes import stop_process
+from tests.processes import port_options, reported_port, stop_process, tail
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -173,25 +172,28 @@ def test_the_budget_curve_matches_a_run_at_that_budget(tmp_path: Path) -> None:
 
 
 @contextlib.contextmanager
-def serving(*command: str, health: str) -> Iterator[None]:
-    """Run `python -m <command>` from the repository root until `health` answers."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", *command],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+def serving(*command: str, health: str, logs: Path) -> Iterator[str]:
+    """Run `python -m <command>` from the repository root on the port it binds and reports, until
+    its `health` path answers; yields its root URL."""
+    log = logs / f"{command[0]}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", *command, *port_options(logs / f"{command[0]}.port")],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+        )
     try:
+        url = f"http://127.0.0.1:{reported_port(process, logs / f'{command[0]}.port', tail(log))}"
         deadline = time.monotonic() + 60
         while True:
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(health, timeout=1).status_code == 200:
+                if httpx.get(url + health, timeout=1).status_code == 200:
                     break
             if process.poll() is not None or time.monotonic() > deadline:
-                _, err = process.communicate(timeout=5)
-                raise AssertionError(f"{command[0]} did not start: {err.decode()[-2000:]}")
+                raise AssertionError(f"{command[0]} did not start: {tail(log)()}")
             time.sleep(0.1)
-        yield
+        yield url
     finally:
         stop_process(process, timeout=20)
 
@@ -199,35 +201,21 @@ def serving(*command: str, health: str) -> Iterator[None]:
 def test_a_proxy_and_simulator_in_their_own_processes_give_the_embedded_results(
     tmp_path: Path,
 ) -> None:
-    sim_port, proxy_port = free_port(), free_port()
-    sim = (
-        "evalkit.cli",
-        "sim",
-        "serve",
-        "--domain",
-        "retail",
-        "--profile",
-        "int4",
-        "--port",
-        str(sim_port),
-    )
-    proxy = (
-        "proxy.cli", "serve", "--upstream", f"http://127.0.0.1:{sim_port}/v1",
-        "--port", str(proxy_port), "--max-errors", "10", "--log-level", "warning",
-    )  # fmt: skip
+    sim = ("evalkit.cli", "sim", "serve", "--domain", "retail", "--profile", "int4")
+    proxy = ("proxy.cli", "serve", "--max-errors", "10", "--log-level", "warning")
     tasks = "0,3,5,8,13,21"
     embedded = replay_run(
         tmp_path / "embedded", tasks=tasks, seed=4, profiles=("int4",), repairs=("off",)
     )
     with (
-        serving(*sim, health=f"http://127.0.0.1:{sim_port}/health"),
-        serving(*proxy, health=f"http://127.0.0.1:{proxy_port}/healthz"),
+        serving(*sim, health="/health", logs=tmp_path) as sim_url,
+        serving(*proxy, "--upstream", f"{sim_url}/v1", health="/healthz", logs=tmp_path) as url,
     ):
         external = replay_run(
             tmp_path / "external",
             tasks=tasks,
             seed=4,
-            base_url=f"http://127.0.0.1:{proxy_port}/v1",
+            base_url=f"{url}/v1",
             model="sim-int4",
             repairs=("off",),
         )
@@ -320,8 +308,8 @@ def test_tasks_are_chosen_by_id_or_split_name(tau2_dir: Path) -> None:
     assert 0 < len(test_split) < len(tau2.tasks)
 
 
-async def test_an_unreachable_endpoint_is_named() -> None:
-    url = f"http://127.0.0.1:{free_port()}/v1"
+async def test_an_unreachable_endpoint_is_named(refused_port: int) -> None:
+    url = f"http://127.0.0.1:{refused_port}/v1"
     with pytest.raises(EndpointError, match=url):
         await check_reachable(url, "agent endpoint")
 
@@ -348,8 +336,10 @@ def test_replay_command_prints_the_summary_and_writes_results(tmp_path: Path) ->
     assert "| int4+repair |" in summary
 
 
-def test_an_unreachable_base_url_fails_with_a_message_naming_it(tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{free_port()}/v1"
+def test_an_unreachable_base_url_fails_with_a_message_naming_it(
+    tmp_path: Path, refused_port: int
+) -> None:
+    url = f"http://127.0.0.1:{refused_port}/v1"
     result = runner.invoke(
         app, ["replay", "--base-url", url, "--model", "m", "--out", str(tmp_path / "x")]
     )

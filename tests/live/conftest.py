@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.processes import ServerNotStarted, port_options, reported_port, tail
 
 ROOT = Path(__file__).resolve().parents[2]
 START_HINT = (
@@ -39,13 +40,6 @@ def find_vllm() -> tuple[str | None, str]:
     if status.returncode == 0 and status.stdout.strip():
         return status.stdout.strip().splitlines()[-1].rstrip("/"), ""
     return None, status.stderr.strip() or f"scripts/vllm-cpu status exited {status.returncode}"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="session")
@@ -74,20 +68,11 @@ def running_proxy(
 
     Raises ProxyNotReady when it exits or is not ready within 60 s.
     """
-    port = free_port()
+    port_file = log_path.with_name(log_path.name + ".port")
     command = [
-        sys.executable,
-        "-m",
-        "proxy.cli",
-        "serve",
-        "--upstream",
-        upstream,
-        "--port",
-        str(port),
-        "--host",
-        "127.0.0.1",
-        *args,
-    ]
+        sys.executable, "-m", "proxy.cli", "serve", "--upstream", upstream,
+        *port_options(port_file), "--host", "127.0.0.1", *args,
+    ]  # fmt: skip
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             command,
@@ -96,8 +81,12 @@ def running_proxy(
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
         )
-    url = f"http://127.0.0.1:{port}"
     try:
+        try:
+            port = reported_port(process, port_file, tail(log_path), timeout=60)
+        except ServerNotStarted as exc:
+            raise ProxyNotReady(str(exc)) from None
+        url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
         while True:
             if process.poll() is not None:

@@ -16,7 +16,7 @@ from proxy import __version__
 from proxy.app import create_app
 from proxy.config import Settings
 from proxy.session.stores import MemoryStore, SessionRecord
-from proxy.testing import LoopbackServer, ScriptedUpstream, completion, free_port, tool_call
+from proxy.testing import LoopbackServer, ScriptedUpstream, completion, tool_call
 from tests.proxy.builders import make_request
 from tests.proxy.conftest import RunningProxy, RunningUpstream
 
@@ -61,20 +61,22 @@ def test_health_and_readiness(proxy: RunningProxy) -> None:
         assert http.get("/readyz").json()["status"] == "ready"
 
 
-def test_readiness_fails_when_no_upstream_answers(make_proxy: Callable[..., RunningProxy]) -> None:
+def test_readiness_fails_when_no_upstream_answers(
+    make_proxy: Callable[..., RunningProxy], refused_port: int
+) -> None:
     proxy = make_proxy(
-        upstreams=[{"name": "gone", "base_url": f"http://127.0.0.1:{free_port()}/v1"}], retries=0
+        upstreams=[{"name": "gone", "base_url": f"http://127.0.0.1:{refused_port}/v1"}], retries=0
     )
     with proxy.http() as http:
         assert_openai_error(http.get("/readyz"), 503, "upstream_unavailable")
 
 
 def test_an_unreachable_upstream_gives_a_502_naming_it(
-    make_proxy: Callable[..., RunningProxy],
+    make_proxy: Callable[..., RunningProxy], refused_port: int
 ) -> None:
-    port = free_port()
     proxy = make_proxy(
-        upstreams=[{"name": "vllm-a", "base_url": f"http://127.0.0.1:{port}/v1"}], retries=1
+        upstreams=[{"name": "vllm-a", "base_url": f"http://127.0.0.1:{refused_port}/v1"}],
+        retries=1,
     )
     with proxy.http() as http:
         response = http.post("/v1/chat/completions", json=make_request())

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -14,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from proxy.cli import app
-from proxy.testing import completion, free_port
-from tests.processes import stop_process
+from proxy.testing import completion, unused_socket
+from tests.processes import port_options, reported_port, stop_process, tail
 from tests.proxy.builders import make_request
 from tests.proxy.conftest import RunningUpstream
 
@@ -31,6 +30,7 @@ def test_serve_help_documents_every_option() -> None:
         "--config",
         "--host",
         "--port",
+        "--port-file",
         "--workers",
         "--store",
         "--max-errors",
@@ -89,49 +89,51 @@ def test_serve_without_an_upstream_says_how_to_give_one() -> None:
     assert "--upstream" in result.output
 
 
-def test_serve_runs_as_a_process_in_front_of_an_upstream(
+def test_serve_on_port_0_reports_the_port_it_listens_on_and_serves_there(
     upstream: RunningUpstream, tmp_path: Path
 ) -> None:
-    port = free_port()
-    log = (tmp_path / "serve.log").open("wb")
+    port_file, log_path = tmp_path / "serve.port", tmp_path / "serve.log"
+    log = log_path.open("wb")
     process = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "proxy.cli",
-            "serve",
-            "--upstream",
-            upstream.base_url,
-            "--port",
-            str(port),
-            "--max-errors",
-            "4",
+            sys.executable, "-m", "proxy.cli", "serve", "--upstream", upstream.base_url,
+            *port_options(port_file), "--max-errors", "4",
         ],
         cwd=REPO,
         stdout=log,
         stderr=subprocess.STDOUT,
-    )
+    )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, (tmp_path / "serve.log").read_text()
-            assert time.monotonic() < deadline, "proxy did not become ready"
-            time.sleep(0.1)
+        port = reported_port(process, port_file, tail(log_path))
+        assert port != 0
+        # The socket listens before the port is reported: the first request is never refused.
         upstream.script.push(completion("through a real process"))
         with openai.OpenAI(
-            base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0, timeout=60
         ) as client:
             raw = client.chat.completions.with_raw_response.create(**make_request())
         assert raw.parse().choices[0].message.content == "through a real process"
         assert raw.headers["x-toolsentry-max-errors"] == "4"
+        # The startup line names the same URL.
+        startup = log_path.read_text().splitlines()[0]
+        assert f"on http://127.0.0.1:{port}/v1 → {upstream.base_url}" in startup
     finally:
         stop_process(process, timeout=20)
         log.close()
+
+
+def test_serve_on_a_port_in_use_says_so_and_exits_2(tmp_path: Path) -> None:
+    with unused_socket() as taken:
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = runner.invoke(
+            app,
+            ["serve", "--upstream", "http://127.0.0.1:9/v1", "--port", str(port),
+             "--port-file", str(tmp_path / "p")],
+        )  # fmt: skip
+    assert result.exit_code == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in result.output
+    assert not (tmp_path / "p").exists()
 
 
 @pytest.mark.redis

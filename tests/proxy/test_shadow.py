@@ -37,7 +37,6 @@ from proxy.testing import (
     answer,
     call,
     completion,
-    free_port,
     tool_call,
 )
 from tests.proxy.builders import RETAIL_TOOLS
@@ -226,10 +225,10 @@ async def test_a_failing_reference_is_counted_by_kind_and_asked_once(
 
 
 async def test_a_reference_that_refuses_connections_is_a_connect_error(
-    closing: list[Shadow],
+    closing: list[Shadow], refused_port: int
 ) -> None:
     config = ShadowConfig(reference="bf16", sample=1.0)
-    entry = UpstreamConfig(name="bf16", base_url=f"http://127.0.0.1:{free_port()}/v1")
+    entry = UpstreamConfig(name="bf16", base_url=f"http://127.0.0.1:{refused_port}/v1")
     metrics = Metrics()
     shadow = Shadow(
         config,

@@ -19,7 +19,7 @@ from proxy.errors import (
     UpstreamStatusError,
     UpstreamTimeoutError,
 )
-from proxy.testing import SSE, Fault, LoopbackServer, ScriptedUpstream, free_port
+from proxy.testing import SSE, Fault, LoopbackServer, ScriptedUpstream, unused_socket
 from proxy.upstream import (
     AiohttpUpstream,
     Router,
@@ -57,14 +57,16 @@ async def _serving(script: ScriptedUpstream, retries: int = 0) -> AsyncIterator[
 
 @contextlib.asynccontextmanager
 async def _unreachable() -> AsyncIterator[AiohttpUpstream]:
-    """An upstream named 'down', retried once, on a loopback port nothing listens on."""
-    upstream = AiohttpUpstream(
-        _config("down", url=f"http://127.0.0.1:{free_port()}/v1"), api_key=None, retries=1
-    )
-    try:
-        yield upstream
-    finally:
-        await upstream.close()
+    """An upstream named 'down', retried once, on a loopback port that refuses connections."""
+    with unused_socket() as refusing:
+        port = refusing.getsockname()[1]
+        upstream = AiohttpUpstream(
+            _config("down", url=f"http://127.0.0.1:{port}/v1"), api_key=None, retries=1
+        )
+        try:
+            yield upstream
+        finally:
+            await upstream.close()
 
 
 def test_router_picks_by_model_then_the_catch_all() -> None:

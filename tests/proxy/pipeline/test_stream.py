@@ -23,7 +23,7 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 
 from proxy.guard.toolcheck import validate
 from proxy.streaming import completion_chunks
-from proxy.testing import SSE, Fault, completion, free_port, tool_call
+from proxy.testing import SSE, Fault, completion, tool_call
 from tests.proxy.builders import RETAIL_TOOLS, make_request
 from tests.proxy.conftest import RunningProxy, RunningUpstream
 from tests.proxy.metrics_text import metric
@@ -489,9 +489,9 @@ def test_an_upstream_refusal_before_the_first_byte_is_the_same_http_error_as_wit
 
 
 def test_an_unreachable_upstream_is_a_502_before_the_first_byte(
-    make_proxy: Callable[..., RunningProxy],
+    make_proxy: Callable[..., RunningProxy], refused_port: int
 ) -> None:
-    down = {"name": "down", "base_url": f"http://127.0.0.1:{free_port()}/v1"}
+    down = {"name": "down", "base_url": f"http://127.0.0.1:{refused_port}/v1"}
     proxy = make_proxy(upstreams=[down], retries=1)
     with pytest.raises(openai.APIStatusError) as caught:
         stream_chat(proxy, "s-down")

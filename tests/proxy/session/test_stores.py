@@ -14,7 +14,6 @@ from proxy.session import open_store
 from proxy.session.redis_store import RedisStore
 from proxy.session.sqlite_store import SqliteStore
 from proxy.session.stores import MemoryStore, SessionStore
-from proxy.testing import free_port
 from tests.proxy.session.conformance import T0, FakeClock, StoreConformance
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -240,10 +239,12 @@ def test_a_redis_url_that_cannot_be_parsed_is_a_config_error() -> None:
         open_store("redis://127.0.0.1:notaport/0")
 
 
-async def test_an_unreachable_redis_is_a_503_store_error_that_hides_the_password() -> None:
+async def test_an_unreachable_redis_is_a_503_store_error_that_hides_the_password(
+    refused_port: int,
+) -> None:
     from proxy.errors import SessionStoreError, status_of
 
-    store = RedisStore(f"redis://:s3cret@127.0.0.1:{free_port()}/0", socket_timeout_s=1)
+    store = RedisStore(f"redis://:s3cret@127.0.0.1:{refused_port}/0", socket_timeout_s=1)
     try:
         with pytest.raises(SessionStoreError) as caught:
             await store.record("s1", max_errors=10, errors=1, now=T0)

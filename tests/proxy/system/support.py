@@ -17,30 +17,43 @@ from typing import Any
 
 import httpx
 
-from proxy.testing import free_port
-from tests.processes import stop_process
+from tests.processes import ServerNotStarted, port_options, reported_port, stop_process, tail
 from tests.proxy.builders import make_request
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 class ProxyProcess:
-    """`python -m proxy.cli serve …` as a child process on a free loopback port."""
+    """`python -m proxy.cli serve …` as a child process on loopback: on the port it binds and
+    reports (`--port 0 --port-file`), or on `port` (a restart on the port a stopped one had)."""
 
     def __init__(self, upstream_url: str, log: Path, *args: str, port: int | None = None) -> None:
-        self.port = port or free_port()
+        self._port = port
         self.log_path = log
+        self._port_file = log.with_name(log.name + ".port")
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLSENTRY_")}
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         self._log = log.open("ab")
         command = [sys.executable, "-m", "proxy.cli", "serve", "--upstream", upstream_url]
+        where = ["--port", str(port)] if port else port_options(self._port_file)
         self.process = subprocess.Popen(
-            [*command, "--port", str(self.port), *args],
+            [*command, *where, *args],
             cwd=REPO,
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (waits for the report, once)."""
+        if self._port is None:
+            try:
+                self._port = reported_port(self.process, self._port_file, tail(self.log_path))
+            except ServerNotStarted:
+                self.stop()
+                raise
+        return self._port
 
     @property
     def url(self) -> str:

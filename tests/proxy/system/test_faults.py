@@ -29,8 +29,8 @@ from proxy.testing import (
     Reset,
     ScriptedUpstream,
     completion,
-    free_port,
     tool_call,
+    unused_socket,
 )
 from tests.proxy.builders import make_request
 from tests.proxy.conftest import RunningProxy, RunningUpstream
@@ -129,7 +129,9 @@ def test_each_fault_gives_a_retried_success_or_a_clear_error_and_exact_counts(
 def test_an_upstream_down_at_start_gives_502_until_it_comes_back(
     make_proxy: Callable[..., RunningProxy],
 ) -> None:
-    port = free_port()
+    # Bound but not listening: refused until the upstream listens on this very socket.
+    reserved = unused_socket()
+    port = reserved.getsockname()[1]
     proxy = make_proxy(
         upstreams=[{"name": "late", "base_url": f"http://127.0.0.1:{port}/v1"}], retries=1
     )
@@ -138,7 +140,7 @@ def test_an_upstream_down_at_start_gives_502_until_it_comes_back(
     assert "late" in response.json()["error"]["message"]
 
     script = ScriptedUpstream(replies=[completion("back")])
-    with LoopbackServer(script.app, port=port):
+    with LoopbackServer(script.app, sock=reserved):
         response = post(proxy, "s-late")
         assert response.status_code == 200
         assert response.json()["choices"][0]["message"]["content"] == "back"
