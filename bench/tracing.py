@@ -205,29 +205,35 @@ def busy(*loads: str) -> str:
     )
 
 
-def _spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.1f} ({min(values):.1f}–{max(values):.1f})"
+def _spread(values: list[float], *, signed: bool = False) -> str:
+    form = "+.1f" if signed else ".1f"
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return (
+        f"{mid:{form}} ({low:{form}} to {high:{form}})"
+        if signed
+        else f"{mid:{form}} ({low:{form}}–{high:{form}})"
+    )
 
 
 def summarise(samples: dict[str, list[dict[str, float]]]) -> list[str]:
-    """The table: each arm's medians over rounds (min–max), and each beside tracing off."""
-    med = {
-        name: {k: statistics.median(r[k] for r in rows) for k in ("cpu_us", "wall_p50_us")}
-        for name, rows in samples.items()
-    }
-    off = med[OFF]
+    """The table: each arm's medians over rounds (min–max), and each beside tracing off as the
+    median (min–max) of the rounds' differences: arms of one round ran side by side, so a
+    round's difference is little moved by how busy the machine was in that round."""
+    off = samples[OFF]
     lines = [
         "| arm | CPU µs / request, median (min–max) | wall p50 µs at c1, median (min–max) "
-        "| CPU beside tracing off | wall p50 beside tracing off |",
+        "| CPU µs beside tracing off, per round | wall p50 µs beside tracing off, per round |",
         "|---|---|---|---|---|",
     ]
     for name, rows in samples.items():
-        cpu = med[name]["cpu_us"] - off["cpu_us"]
-        wall = med[name]["wall_p50_us"] - off["wall_p50_us"]
-        beside = "" if name == OFF else f"| {cpu:+.1f} µs | {wall:+.1f} µs |"
+        beside = "| | |"
+        if name != OFF:
+            cpu = [r["cpu_us"] - o["cpu_us"] for r, o in zip(rows, off, strict=True)]
+            wall = [r["wall_p50_us"] - o["wall_p50_us"] for r, o in zip(rows, off, strict=True)]
+            beside = f"| {_spread(cpu, signed=True)} | {_spread(wall, signed=True)} |"
         lines.append(
             f"| {name} | {_spread([r['cpu_us'] for r in rows])} "
-            f"| {_spread([r['wall_p50_us'] for r in rows])} {beside or '| | |'}"
+            f"| {_spread([r['wall_p50_us'] for r in rows])} {beside}"
         )
     return lines
 
