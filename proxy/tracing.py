@@ -462,7 +462,7 @@ class Exporter:
         self._lock = threading.Lock()
         self._sending = threading.Lock()  # one batch in flight: the worker's or a flush's
         self._wake = threading.Event()
-        self._stopping = False
+        self.stopping = False
         self._worker = threading.Thread(target=self._run, name="toolsentry-otlp", daemon=True)
         self._worker.start()
 
@@ -477,12 +477,15 @@ class Exporter:
             self._wake.set()
 
     def _run(self) -> None:
-        while not self._stopping:
+        while not self.stopping:
             self._wake.wait(self._delay_s)
             self._wake.clear()
             self._drain()
 
-    def _drain(self) -> None:
+    def _drain(self, *, last: bool = False) -> None:
+        """Send batches until the queue is empty. At shutdown (`last`, or the worker's drain
+        when shutdown began), after a batch the endpoint did not take, the rest is counted as
+        failed too instead of waited for: stopping takes one export timeout, not one a batch."""
         with self._sending:
             while True:
                 with self._lock:
@@ -495,7 +498,11 @@ class Exporter:
                 except Exception:  # a bug here must not end the worker: the spans are counted
                     delivered = False
                 if not delivered:
-                    self._on_drop("export_failed", len(spans))
+                    if last or self.stopping:
+                        with self._lock:
+                            n += len(self._queue)
+                            self._queue.clear()
+                    self._on_drop("export_failed", n)
 
     def force_flush(self) -> bool:
         """Send what is queued now, in the caller's thread; whether the queue is empty after."""
@@ -504,10 +511,10 @@ class Exporter:
             return not self._queue
 
     def shutdown(self) -> None:
-        self._stopping = True
+        self.stopping = True
         self._wake.set()
         self._worker.join()
-        self._drain()
+        self._drain(last=True)
 
 
 # -- the tracer ------------------------------------------------------------------------------------
@@ -533,6 +540,7 @@ class Tracing:
         # The default decides from the parent's flag alone: then the proxy reads it itself.
         default = DEFAULT_ON.get_description()  # type: ignore[no-untyped-call]  # unannotated
         self._parent_decides = self.sampler.get_description() == default
+        self._sender: Sender | None = None
         if send is None:
             if config.endpoint:
                 url = traces_url(config.endpoint)
@@ -637,9 +645,8 @@ class Tracing:
     def shutdown(self) -> None:
         """Send what is queued (each batch bounded by the export timeout) and stop the worker."""
         self.exporter.shutdown()
-        sender = getattr(self, "_sender", None)
-        if sender is not None:
-            sender.close()
+        if self._sender is not None:
+            self._sender.close()
 
     def force_flush(self, timeout_ms: int = 5000) -> bool:
         """Send what is queued now; each batch is bounded by the export timeout, not `timeout_ms`

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -17,6 +19,7 @@ from proxy import tracing
 from proxy.guard.channels import Channel, Violation
 from proxy.tracing import (
     Encoder,
+    Exporter,
     SpanRecord,
     Tracing,
     TracingConfig,
@@ -341,3 +344,41 @@ def test_an_endpoint_that_refuses_the_payload_is_not_retried(receiver: OTLPRecei
     assert len(receiver.headers) == 1
     assert drops == Counter({"export_failed": 1})
     tracer.shutdown()
+
+
+def test_shutdown_with_an_endpoint_that_fails_waits_for_one_batch_and_counts_the_rest() -> None:
+    release = threading.Event()
+    calls: list[int] = []
+    drops: Counter[str] = Counter()
+
+    def send(payload: bytes) -> bool:
+        calls.append(len(payload))
+        release.wait(10)  # a slow endpoint, which then fails
+        return False
+
+    exporter = Exporter(
+        lambda spans: b"x" * len(spans),
+        send,
+        capacity=100,
+        batch=10,
+        delay_s=3600,
+        on_drop=lambda reason, n: drops.update({reason: n}),
+    )
+
+    def span() -> SpanRecord:
+        return SpanRecord("chat", SpanKind.SERVER, 1, 0, {})
+
+    for _ in range(10):  # a full batch wakes the worker, which waits on the endpoint
+        exporter.add(span())
+    while not calls:
+        time.sleep(0.01)
+    for _ in range(50):
+        exporter.add(span())
+    stopping = threading.Thread(target=exporter.shutdown)
+    stopping.start()
+    while not stopping.is_alive() or not exporter.stopping:
+        time.sleep(0.01)
+    release.set()
+    stopping.join(10)
+    assert calls == [10]  # the five batches behind the failed one were not sent
+    assert drops == Counter({"export_failed": 60})
