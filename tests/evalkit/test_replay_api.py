@@ -22,6 +22,7 @@ import evalkit.domains
 from evalkit.analysis.budget import Budget
 from evalkit.analysis.run import RunAnalysis
 from evalkit.cli import app
+from evalkit.domains import domain_names, get_domain
 from evalkit.formats import SimulationRun
 from evalkit.messages import AssistantMessage, ToolMessage
 from evalkit.replay import Replay
@@ -51,23 +52,25 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
+def replay_over_each_api(out: Path, *options: str) -> dict[str, Replay]:
+    """One `evalkit replay --api API *options` per protocol, in `out/API`."""
+    replays: dict[str, Replay] = {}
+    for api in API_NAMES:
+        directory = out / api
+        result = runner.invoke(app, ["replay", "--api", api, *options, "--out", str(directory)])
+        assert result.exit_code == 0, result.output
+        replays[api] = Replay.resume(directory)
+    return replays
+
+
 @pytest.fixture(scope="module")
 def replays(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Replay]:
-    """One `evalkit replay` per protocol, same tasks, seed and options: int4, repair off and on."""
-    out: dict[str, Replay] = {}
-    for api in API_NAMES:
-        directory = tmp_path_factory.mktemp(f"replay-{api}")
-        result = runner.invoke(
-            app,
-            [
-                *("replay", "--api", api, "--tasks", TASKS, "--seed", str(SEED)),
-                *("--profile", "int4", "--repair", "off,reask", "--max-errors", str(MAX_ERRORS)),
-                *("--data-dir", str(data_dir), "--out", str(directory)),
-            ],
-        )
-        assert result.exit_code == 0, result.output
-        out[api] = Replay.resume(directory)
-    return out
+    """Retail over every protocol, same tasks, seed and options: int4, repair off and on."""
+    return replay_over_each_api(
+        tmp_path_factory.mktemp("retail"),
+        *("--tasks", TASKS, "--seed", str(SEED), "--profile", "int4", "--repair", "off,reask"),
+        *("--max-errors", str(MAX_ERRORS), "--data-dir", str(data_dir)),
+    )
 
 
 def trajectory(simulation: SimulationRun) -> list[tuple[Any, ...]]:
@@ -129,12 +132,19 @@ def figures(run: RunAnalysis) -> dict[str, Any]:
     }
 
 
+def assert_the_results_of_chat_completions(replays: dict[str, Replay]) -> None:
+    """Every protocol's episodes and figures equal those of chat."""
+    expected_outcomes = outcomes(replays["chat"])
+    expected_figures = [figures(r) for r in summarize_replay(replays["chat"])]
+    for api in ("responses", "messages"):
+        assert outcomes(replays[api]) == expected_outcomes, api
+        assert [figures(r) for r in summarize_replay(replays[api])] == expected_figures, api
+
+
 def test_every_protocol_gives_the_results_of_chat_completions(
     replays: dict[str, Replay],
 ) -> None:
-    chat = replays["chat"]
-    expected_outcomes = outcomes(chat)
-    expected_figures = [figures(r) for r in summarize_replay(chat)]
+    expected_outcomes = outcomes(replays["chat"])
     # The episodes hold what the comparison is about: tool errors of valid calls that only the
     # protocol's tool result form reports, guard violations, repairs and budget 429s.
     rows = [row for arm_rows in expected_outcomes.values() for row in arm_rows]
@@ -143,9 +153,27 @@ def test_every_protocol_gives_the_results_of_chat_completions(
     assert any(row[7]["repairs"] for row in rows)
     assert any(row[2] == "too_many_errors" for row in rows)
     assert any("HTTP 429" in row[3] for row in rows)
-    for api in ("responses", "messages"):
-        assert outcomes(replays[api]) == expected_outcomes, api
-        assert [figures(r) for r in summarize_replay(replays[api])] == expected_figures, api
+    assert_the_results_of_chat_completions(replays)
+
+
+@pytest.mark.skipif(
+    "telecom" not in domain_names(),
+    reason="the telecom domain is not registered (evalkit/domains/telecom is not in this tree)",
+)
+def test_telecom_episodes_with_device_actions_are_the_same_on_every_protocol(
+    tmp_path: Path,
+) -> None:
+    tasks = ",".join(t.id for t in get_domain("telecom").tasks[:4])
+    replays = replay_over_each_api(
+        tmp_path,
+        *("--domain", "telecom", "--tasks", tasks, "--seed", "1", "--profile", "int4"),
+        *("--repair", "off", "--max-errors", "3"),
+    )
+    rows = [row for arm_rows in outcomes(replays["chat"]).values() for row in arm_rows]
+    # The customer acts on their device (calls the agent does not see) and the model errs.
+    assert any(m[0] == "user" and m[2] for row in rows for m in row[8])
+    assert any(row[7]["channels"] for row in rows)
+    assert_the_results_of_chat_completions(replays)
 
 
 def test_results_are_labelled_with_the_protocol_that_carried_them(
