@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import logging.handlers
 import os
@@ -59,6 +60,7 @@ from proxy.shadowstats import (
     is_sampled,
     pair_counts,
 )
+from proxy.tracing import CURRENT as CURRENT_TRACE
 from proxy.upstream import AiohttpUpstream, Upstream
 
 MAX_NAMES: Final = 2000
@@ -232,7 +234,11 @@ class Shadow:
             self._unsent_drops[request.model] += 1
             self._write_log(request, {"event": "dropped"})
             return False
-        task = asyncio.get_running_loop().create_task(self._run(request))
+        context = contextvars.copy_context()
+        trace = context.run(CURRENT_TRACE.get)
+        if trace is not None:  # its try is a span of its own kind under the request's
+            context.run(CURRENT_TRACE.set, trace.beside("shadow"))
+        task = asyncio.get_running_loop().create_task(self._run(request), context=context)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return True

@@ -717,6 +717,13 @@ class RequestTrace:
             headers["tracestate"] = span.trace_state
         return AttemptSpan(self, span)
 
+    def beside(self, kind: str) -> RequestTrace:
+        """The request's trace for calls made beside its turn (a shadow call, which may outlive
+        the response): its tries are counted apart, of `kind`, under the request's span."""
+        other = RequestTrace(self._exporter, self.span, self._operation, self._model)
+        other._kind = kind
+        return other
+
     def checkpoint(self) -> SpanRecord | None:
         """The span of the latest upstream try: the parent of the violations found in its answer."""
         return self._last_try

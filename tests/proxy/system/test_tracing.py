@@ -174,6 +174,32 @@ def test_a_constrained_reask_the_upstream_refuses_and_its_plain_fallback_are_nam
     assert guardrail.parent_span_id == attempts[0].span_id
 
 
+def test_a_shadow_call_is_a_try_of_its_own_under_the_requests_span(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream, receiver: OTLPReceiver
+) -> None:
+    proxy = make_proxy(
+        otlp_endpoint=receiver.endpoint,
+        upstreams=[
+            {"name": "scripted", "base_url": upstream.base_url, "models": ["scripted-model"]},
+            {"name": "reference", "base_url": upstream.base_url, "models": ["reference-model"]},
+        ],
+        shadow={"reference": "reference", "sample": 1.0},
+    )
+    upstream.script.handler = lambda request: VALID
+    assert post(proxy, make_request()).status_code == 200
+    spans = spans_of(receiver, 3)
+    server = next(s for s in spans if s.kind == "SERVER")
+    attempts = {a.attributes[tracing.ATTEMPT_KIND]: a for a in spans if a.kind == "CLIENT"}
+    assert set(attempts) == {"first", "shadow"}
+    assert attempts["first"].attributes[tracing.PROVIDER] == "scripted"
+    assert attempts["shadow"].attributes[tracing.PROVIDER] == "reference"
+    assert attempts["shadow"].attributes[tracing.ATTEMPT_TRY] == 1
+    assert all(a.parent_span_id == server.span_id for a in attempts.values())
+    # The reference was asked with the shadow try's own span as its parent.
+    forwarded = {h["traceparent"] for h in upstream.script.request_headers}
+    assert forwarded == {f"00-{CLIENT_TRACE}-{a.span_id}-01" for a in attempts.values()}
+
+
 def test_a_schema_violation_names_its_json_pointer_and_an_unrepaired_one_is_a_warning(
     make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream, receiver: OTLPReceiver
 ) -> None:
