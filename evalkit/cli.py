@@ -438,7 +438,7 @@ def shadow_command(
     console = Console()
     for analysis in analyses:
         for table in shadow_tables(analysis):
-            console.print(table)
+            console.print(table.rich())
 
 
 @app.command("replay")

@@ -1,7 +1,8 @@
 """`evalkit shadow LOG`: the proxy's shadow log read back and analysed (DESIGN §11).
 
 The proxy writes one JSONL line per shadow event (`proxy/shadow.py`): a pair (both sides'
-tool decisions), a drop, or a reference error. Here the lines become the proxy's own `Pair`s
+tool decisions), a drop, a reference error, or a skip (a request the reference could not be
+asked as is, with its reason). Here the lines become the proxy's own `Pair`s
 (`proxy.shadowstats`, so a pair means the same thing online and offline), and the figures are
 computed with evalkit's statistics: per-channel rates with Wilson intervals, the rate ratio with
 Katz's interval, the Spearman rank correlation of failure signatures and the novel share — the
@@ -21,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.table import Table
 
 from evalkit.analysis.compare import _signatures as signature_agreement
 from evalkit.analysis.stats import (
@@ -33,8 +33,9 @@ from evalkit.analysis.stats import (
     sign_flip_test,
     wilson_interval,
 )
+from evalkit.analysis.table import Table, columns
 from evalkit.errors import ResultsFileError, UsageError
-from proxy.shadowstats import Outcome, Pair, Side
+from proxy.shadowstats import Outcome, Pair, Side, SkipReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,7 @@ class ModelPairLog:
     pairs: list[LoggedPair] = field(default_factory=list)
     dropped: int = 0
     errors: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
 
 
 def read_shadow_log(paths: Sequence[Path]) -> list[ModelPairLog]:
@@ -95,6 +97,8 @@ def _add_line(groups: dict[tuple[str, str], ModelPairLog], line: dict[str, Any])
         group.dropped += 1
     elif event == "error":
         group.errors[str(line["kind"])] += 1
+    elif event == "skipped":
+        group.skipped[SkipReason(line["reason"]).value] += 1
     else:
         raise ValueError(f"unknown event {event!r}")
 
@@ -157,6 +161,7 @@ class ShadowAnalysis:
     sessions: int
     dropped: int
     errors: dict[str, int]
+    skipped: dict[str, int]
     outcomes: dict[str, int]
     channels: list[ChannelFigures]
     rank_correlation: float | None
@@ -175,6 +180,7 @@ class ShadowAnalysis:
             "sessions": self.sessions,
             "dropped": self.dropped,
             "errors": dict(sorted(self.errors.items())),
+            "skipped": self.skipped,
             "outcomes": self.outcomes,
             "channels": {c.channel: c.to_dict() for c in self.channels},
             "signatures": {
@@ -256,6 +262,7 @@ def _analyze(group: ModelPairLog, *, resamples: int, seed: int) -> ShadowAnalysi
         sessions=len(set(sessions)),
         dropped=group.dropped,
         errors=dict(group.errors),
+        skipped={r.value: group.skipped.get(r.value, 0) for r in SkipReason},
         outcomes={o.value: outcomes.get(o.value, 0) for o in Outcome},
         channels=figures,
         rank_correlation=correlation,
@@ -329,50 +336,62 @@ def _number(value: float | None, digits: int = 2) -> str:
 
 
 def shadow_tables(analysis: ShadowAnalysis) -> list[Table]:
-    """The terminal tables of one (model, reference): outcomes, and the channels."""
+    """The tables of one (model, reference) — outcomes (with drops, skips and reference errors),
+    and the channels — in evalkit's one table model (rich, Markdown, HTML)."""
     title = f"{analysis.model} against {analysis.reference}"
-    summary = Table(title=f"{title}: {analysis.pairs} pairs in {analysis.sessions} sessions")
-    for name in ("outcome", "pairs"):
-        summary.add_column(name, justify="left" if name == "outcome" else "right")
-    for outcome, count in analysis.outcomes.items():
-        summary.add_row(outcome, str(count))
-    summary.add_row("dropped", str(analysis.dropped))
-    for kind, count in sorted(analysis.errors.items()):
-        summary.add_row(f"reference error: {kind}", str(count))
-    channels = Table(
-        title=f"{title}: answers failing per channel (%, 95% Wilson CI); ratio with Katz's CI; "
-        "difference with a session bootstrap CI and a Holm-adjusted sign-flip p"
+    rows = [[outcome, str(count)] for outcome, count in analysis.outcomes.items()]
+    rows.append(["dropped", str(analysis.dropped)])
+    rows += [[f"skipped: {reason}", str(n)] for reason, n in analysis.skipped.items() if n]
+    rows += [[f"reference error: {kind}", str(n)] for kind, n in sorted(analysis.errors.items())]
+    summary = Table(
+        f"{title}: {analysis.pairs} pairs in {analysis.sessions} sessions",
+        columns("outcome", "pairs"),
+        rows,
+        note="Skipped: sampled requests the reference could not be asked as is (they continue "
+        "context stored at the primary's upstream); not pairs, not errors.",
     )
-    headers = (
-        "channel",
-        "primary %",
-        "reference %",
-        "ratio",
-        "ratio 95% CI",
-        "diff pts",
-        "diff 95% CI",
-        "p (Holm)",
-    )
-    for i, name in enumerate(headers):
-        channels.add_column(name, justify="left" if i == 0 else "right")
+    channel_rows = []
     for c in analysis.channels:
         ratio = c.ratio
-        channels.add_row(
-            c.channel,
-            f"{_percent(c.primary / c.pairs)} [{_percent(c.primary_ci[0])}–{_percent(c.primary_ci[1])}]",
-            f"{_percent(c.reference / c.pairs)} [{_percent(c.reference_ci[0])}–{_percent(c.reference_ci[1])}]",
-            _number(None if ratio is None else ratio.ratio),
-            "–" if ratio is None else f"{ratio.low:.2f}–{ratio.high:.2f}",
-            _percent(c.difference),
-            f"{_percent(c.difference_ci[0])}–{_percent(c.difference_ci[1])}",
-            _number(c.p_holm, 4),
+        channel_rows.append(
+            [
+                c.channel,
+                f"{_percent(c.primary / c.pairs)} [{_percent(c.primary_ci[0])}–"
+                f"{_percent(c.primary_ci[1])}]",
+                f"{_percent(c.reference / c.pairs)} [{_percent(c.reference_ci[0])}–"
+                f"{_percent(c.reference_ci[1])}]",
+                _number(None if ratio is None else ratio.ratio),
+                "–" if ratio is None else f"{ratio.low:.2f}–{ratio.high:.2f}",
+                _percent(c.difference),
+                f"{_percent(c.difference_ci[0])}–{_percent(c.difference_ci[1])}",
+                _number(c.p_holm, 4),
+            ]
         )
     agreement = None if not analysis.args_compared else analysis.args_equal / analysis.args_compared
-    channels.caption = (
-        f"failure signatures: Spearman {_number(analysis.rank_correlation)}, novel share "
-        f"{'–' if analysis.novel_share is None else _percent(analysis.novel_share) + '%'} "
-        f"({analysis.primary_failures} primary, {analysis.reference_failures} reference failures); "
-        f"arguments equal in {analysis.args_equal} of {analysis.args_compared} calls to the same tool"
-        + ("" if agreement is None else f" ({_percent(agreement)}%)")
+    channels = Table(
+        f"{title}: answers failing per channel",
+        columns(
+            "channel",
+            "primary %",
+            "reference %",
+            "ratio",
+            "ratio 95% CI",
+            "diff pts",
+            "diff 95% CI",
+            "p (Holm)",
+        ),
+        channel_rows,
+        note="Share of pairs whose answer failed in the channel (%, 95% Wilson CI); ratio "
+        "primary/reference with Katz's CI; difference with a session-bootstrap CI and a "
+        "Holm-adjusted sign-flip p.",
+        footnotes=(
+            f"Failure signatures (channel, tool name as called): Spearman "
+            f"{_number(analysis.rank_correlation)}, novel share "
+            f"{'–' if analysis.novel_share is None else _percent(analysis.novel_share) + '%'} "
+            f"({analysis.primary_failures} primary, {analysis.reference_failures} reference "
+            "failures).",
+            f"Arguments equal in {analysis.args_equal} of {analysis.args_compared} calls to the "
+            "same tool" + ("." if agreement is None else f" ({_percent(agreement)}%)."),
+        ),
     )
     return [summary, channels]

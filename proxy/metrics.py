@@ -129,6 +129,12 @@ SHADOW_DROPPED = Family(
     "Shadow pairs dropped because max_in_flight shadow requests were running.",
     ("model", "reference", "api"),
 )
+SHADOW_SKIPPED = Family(
+    "toolsentry_shadow_skipped",
+    "Sampled requests not sent to the reference because they lean on state stored at the "
+    "primary's upstream, by reason (previous_response_id, conversation, item_reference).",
+    ("model", "reference", "reason", "api"),
+)
 SHADOW_ERRORS = Family(
     "toolsentry_shadow_errors",
     "Shadow requests without a usable reference answer, by kind (timeout, connect, "
@@ -284,4 +290,5 @@ class ShadowMetrics:
         self.pairs = SHADOW_PAIRS.counter(r)
         self.failures = SHADOW_FAILURES.counter(r)
         self.dropped = SHADOW_DROPPED.counter(r)
+        self.skipped = SHADOW_SKIPPED.counter(r)
         self.errors = SHADOW_ERRORS.counter(r)

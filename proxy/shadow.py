@@ -3,7 +3,11 @@ in the background, and both answers' tool decisions are compared and counted.
 
 The turn hands a `ShadowRequest` to `Shadow.submit` once the client's answer is settled; nothing
 here can delay or change that answer. `submit` never awaits: it starts one background task, or,
-with `max_in_flight` tasks already running, drops the pair and counts the drop. The reference is
+with `max_in_flight` tasks already running, drops the pair and counts the drop. A request the
+reference could not be asked as is — a Responses turn that continues a response or conversation
+stored at the primary's upstream (`shadowstats.skip_reason`) — is not sent: it is counted as
+skipped, with its reason (the proxy keeps no copy of the stored context to rebuild it from, and
+the reference's own earlier answer would not be the same context). The reference is
 asked once (no retries), within `timeout`; a slow or failing reference is counted by kind. Each
 pair is counted three ways — Prometheus (`toolsentry_shadow_*`), the session store (the figures
 `GET /v1/stats/shadow` shows, the same from every worker and replica) and, when configured, the
@@ -11,7 +15,8 @@ shadow log (JSONL, written by a thread of its own, rotated by size).
 
 Counts in the store, per (model, reference):
     shadow:index                      field "{model}|{reference}" -> pairs (which pairs exist)
-    shadow:{model}|{reference}        the bounded fields of `shadowstats.pair_counts`, drops, errors
+    shadow:{model}|{reference}        the bounded fields of `shadowstats.pair_counts`, drops,
+                                      errors, skips
     shadow-names:{model}|{reference}  signatures and argument keys, capped at `MAX_NAMES` fields
 """
 
@@ -26,7 +31,7 @@ import os
 import queue
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,6 +64,8 @@ from proxy.shadowstats import (
     figures,
     is_sampled,
     pair_counts,
+    skip_field,
+    skip_reason,
 )
 from proxy.tracing import CURRENT as CURRENT_TRACE
 from proxy.upstream import AiohttpUpstream, Upstream
@@ -206,9 +213,10 @@ class Shadow:
         self._clock = clock
         self._models = frozenset(config.models)
         self._tasks: set[asyncio.Task[None]] = set()
-        # Drops are counted in the hot path, which must not await the store; they go to the
-        # store with the next write (one is always in flight when a pair is dropped).
-        self._unsent_drops: Counter[str] = Counter()
+        # Drops and skips are counted in the hot path, which must not await the store: a skip
+        # starts a write of its own when there is room, else (and a drop always) they go to
+        # the store with the next write (one is in flight when there is no room).
+        self._unsent: dict[str, Counter[str]] = {}
         self._log_events = get_logger()
 
     @property
@@ -228,20 +236,40 @@ class Shadow:
         return is_sampled(session, seed=self.config.seed, rate=self.config.sample)
 
     def submit(self, request: ShadowRequest) -> bool:
-        """Start the shadow request in the background; False when it was dropped (counted)."""
-        if len(self._tasks) >= self.config.max_in_flight:
+        """Start the shadow request in the background; False when it was skipped or dropped
+        (either counted)."""
+        reason = skip_reason(request.api, request.body)
+        full = len(self._tasks) >= self.config.max_in_flight
+        if reason is not None:
+            self._metrics.skipped.labels(
+                request.model, self.reference_name, reason.value, request.api
+            ).inc()
+            self._write_log(request, {"event": "skipped", "reason": reason.value})
+            self._unsend(request.model, skip_field(reason))
+            if not full:
+                self._start(self._count(request, {}, {}))
+            return False
+        if full:
             self._metrics.dropped.labels(request.model, self.reference_name, request.api).inc()
-            self._unsent_drops[request.model] += 1
+            self._unsend(request.model, DROPPED)
             self._write_log(request, {"event": "dropped"})
             return False
         context = contextvars.copy_context()
         trace = context.run(CURRENT_TRACE.get)
         if trace is not None:  # its try is a span of its own kind under the request's
             context.run(CURRENT_TRACE.set, trace.beside("shadow"))
-        task = asyncio.get_running_loop().create_task(self._run(request), context=context)
+        self._start(self._run(request), context)
+        return True
+
+    def _unsend(self, model: str, field: str) -> None:
+        self._unsent.setdefault(model, Counter())[field] += 1
+
+    def _start(
+        self, work: Coroutine[Any, Any, None], context: contextvars.Context | None = None
+    ) -> None:
+        task = asyncio.get_running_loop().create_task(work, context=context)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return True
 
     async def _run(self, request: ShadowRequest) -> None:
         try:
@@ -301,9 +329,9 @@ class Shadow:
     ) -> None:
         model = request.model if request is not None else model
         key = _pair_key(model, self.reference_name)
-        drops = self._unsent_drops.pop(model, 0)
-        if drops:
-            fixed = {**fixed, DROPPED: fixed.get(DROPPED, 0) + drops}
+        unsent = self._unsent.pop(model, None)
+        if unsent:
+            fixed = dict(Counter(fixed) + unsent)
         try:
             await self._store.add_counts(
                 INDEX_KEY, {key: fixed.get(PAIRS, 0)}, max_fields=MAX_MODEL_PAIRS
@@ -335,8 +363,8 @@ class Shadow:
         self._log.write(line)
 
     async def flush_drops(self) -> None:
-        """Send the drops counted since the last store write to the store."""
-        for model in list(self._unsent_drops):
+        """Send the drops and skips counted since the last store write to the store."""
+        for model in list(self._unsent):
             await self._count(None, {}, {}, model=model)
 
     async def stats(self) -> dict[str, Any]:

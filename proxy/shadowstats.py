@@ -44,6 +44,7 @@ _OUTCOME: Final = "outcome"
 _ANSWERS: Final = "answers"
 _SIGNATURE: Final = "sig"
 _ERRORS: Final = "errors"
+_SKIPPED: Final = "skipped"
 ARGS_COMPARED: Final = "args|compared"
 ARGS_EQUAL: Final = "args|equal"
 _ARG_KEY: Final = "args|key"
@@ -285,6 +286,44 @@ def error_field(kind: str) -> str:
     return f"{_ERRORS}{_SEP}{kind}"
 
 
+class SkipReason(enum.StrEnum):
+    """Why a sampled request was not sent to the reference: it leans on state only the primary's
+    upstream holds, so the reference could not be asked the same question. The value is the
+    metric label and the log's word."""
+
+    PREVIOUS_RESPONSE_ID = "previous_response_id"  # Responses: the context is a stored response
+    CONVERSATION = "conversation"  # Responses: the context is a stored conversation
+    ITEM_REFERENCE = "item_reference"  # Responses: an input item names a stored item by id
+
+
+def skip_reason(api: str, body: Mapping[str, Any]) -> SkipReason | None:
+    """Why a request of `api` cannot be replayed at a reference, or None when it can.
+
+    A Responses request that continues a stored response (`previous_response_id`) or a stored
+    conversation (`conversation`), or that names stored input items (`item_reference`), carries
+    only what is new: the rest lives at the primary's upstream, which the reference is not. Sent
+    as is, the reference would refuse it (it does not know the ids) or, worse, answer a
+    question without its context; the pair would compare nothing.
+    """
+    if api != "responses":
+        return None
+    if body.get("previous_response_id") is not None:
+        return SkipReason.PREVIOUS_RESPONSE_ID
+    if body.get("conversation") is not None:
+        return SkipReason.CONVERSATION
+    items = body.get("input")
+    if isinstance(items, list) and any(
+        isinstance(item, Mapping) and item.get("type") == "item_reference" for item in items
+    ):
+        return SkipReason.ITEM_REFERENCE
+    return None
+
+
+def skip_field(reason: SkipReason) -> str:
+    """The tally field counting sampled requests skipped for one reason."""
+    return f"{_SKIPPED}{_SEP}{reason.value}"
+
+
 @dataclass(frozen=True, slots=True)
 class Tally:
     """Everything counted for one (model, reference), read back from flat fields."""
@@ -295,6 +334,7 @@ class Tally:
     answers: Mapping[tuple[str, str], int]  # (side, channel) -> answers failing in it
     signatures: Mapping[str, Counter[Signature]]  # side -> signature counts
     errors: Mapping[str, int]
+    skipped: Mapping[str, int]  # reason -> sampled requests not sent to the reference
     args_compared: int
     args_equal: int
     differing_keys: Mapping[str, int]
@@ -306,6 +346,7 @@ class Tally:
         answers: dict[tuple[str, str], int] = {}
         signatures: dict[str, Counter[Signature]] = {s.value: Counter() for s in Side}
         errors: dict[str, int] = {}
+        skipped: dict[str, int] = {}
         keys: dict[str, int] = {}
         for name, count in fields.items():
             kind, _, rest = name.partition(_SEP)
@@ -321,6 +362,8 @@ class Tally:
                     signatures[side][(channel, tool)] += count
             elif kind == _ERRORS:
                 errors[rest] = count
+            elif kind == _SKIPPED:
+                skipped[rest] = count
             elif name.startswith(_ARG_KEY + _SEP):
                 keys[name.removeprefix(_ARG_KEY + _SEP)] = count
         return cls(
@@ -330,6 +373,7 @@ class Tally:
             answers=answers,
             signatures=signatures,
             errors=errors,
+            skipped=skipped,
             args_compared=fields.get(ARGS_COMPARED, 0),
             args_equal=fields.get(ARGS_EQUAL, 0),
             differing_keys=keys,
@@ -481,6 +525,7 @@ def figures(tally: Tally, *, top: int = TOP_NAMES) -> dict[str, Any]:
         "pairs": n,
         "dropped": tally.dropped,
         "errors": dict(sorted(tally.errors.items())),
+        "skipped": {r.value: tally.skipped.get(r.value, 0) for r in SkipReason},
         "outcomes": {o.value: tally.outcomes.get(o.value, 0) for o in Outcome},
         "channels": per_channel,
         "signatures": {

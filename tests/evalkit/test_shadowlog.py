@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from evalkit.analysis.table import Table
 from evalkit.cli import app
-from evalkit.shadowlog import analyze_shadow_log, read_shadow_log
+from evalkit.shadowlog import analyze_shadow_log, read_shadow_log, shadow_tables
 from proxy.shadowstats import Decision, Pair, figures, tally_pairs
 
 UNKNOWN = "unknown_tool"
@@ -45,6 +46,9 @@ def write_log(path: Path, pairs: list[tuple[str, Pair]], *, drops: int = 0) -> N
         )
     lines += [{"event": "dropped", "session": "x", "models": models}] * drops
     lines.append({"event": "error", "kind": "timeout", "session": "x", "models": models})
+    lines.append(
+        {"event": "skipped", "reason": "previous_response_id", "session": "x", "models": models}
+    )
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
@@ -59,6 +63,8 @@ def test_the_log_gives_the_figures_the_proxy_computes_live(tmp_path: Path) -> No
     assert offline["outcomes"] == live["outcomes"]
     assert offline["dropped"] == 2
     assert offline["errors"] == {"timeout": 1}
+    assert offline["skipped"] == {"previous_response_id": 1, "conversation": 0, "item_reference": 0}
+    assert offline["skipped"].keys() == live["skipped"].keys()
     assert set(offline["channels"]) == set(live["channels"]) == {UNKNOWN, "empty_response"}
     for channel, mine in live["channels"].items():
         theirs = offline["channels"][channel]
@@ -104,7 +110,24 @@ def test_the_terminal_report_and_the_plot(tmp_path: Path) -> None:
     assert "gemma-int4 against bf16" in result.output
     assert "unknown_tool" in result.output
     assert "novel share" in result.output
+    assert "skipped: previous_response_id" in result.output
     assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_tables_are_evalkits_one_table_model(tmp_path: Path) -> None:
+    write_log(tmp_path / "shadow.jsonl", random_pairs(6, 100))
+    (analysis,) = analyze_shadow_log(read_shadow_log([tmp_path / "shadow.jsonl"]), resamples=200)
+    summary, channels = shadow_tables(analysis)
+    assert isinstance(summary, Table)
+    assert isinstance(channels, Table)
+    unknown = next(c for c in analysis.channels if c.channel == UNKNOWN)
+    (row,) = [r for r in channels.rows if r[0] == UNKNOWN]
+    assert row[channels.headers.index("ratio")] == f"{unknown.ratio.ratio:.2f}"  # type: ignore[union-attr]
+    assert dict(summary.rows)["skipped: previous_response_id"] == "1"
+    markdown = channels.markdown()
+    assert "| channel | primary % | reference % | ratio |" in markdown
+    assert "novel share" in markdown
+    assert "<table>" in channels.html()
 
 
 def test_a_line_that_is_not_a_shadow_line_names_its_file_and_line(tmp_path: Path) -> None:
@@ -113,7 +136,7 @@ def test_a_line_that_is_not_a_shadow_line_names_its_file_and_line(tmp_path: Path
     log.write_text(log.read_text() + '{"event": "pair"}\n')
     result = CliRunner().invoke(app, ["shadow", str(log)])
     assert result.exit_code == 4
-    assert f"{log}:5 is not a shadow log line" in result.output
+    assert f"{log}:6 is not a shadow log line" in result.output
     missing = CliRunner().invoke(app, ["shadow", str(tmp_path / "nope.jsonl")])
     assert missing.exit_code == 2
     assert "cannot read shadow log" in missing.output

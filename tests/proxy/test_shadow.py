@@ -358,14 +358,16 @@ def test_open_shadow_builds_nothing_when_off_and_a_worker_log_per_process(
     asyncio.run(shadow.close())
 
 
-def shadowed_settings(served: LoopbackServer, reference: Reference, **extra: Any) -> Settings:
+def shadowed_settings(
+    served: LoopbackServer, reference: Reference, *, log: Path | None = None, **extra: Any
+) -> Settings:
     """A proxy serving gemma-int4 from `served`, every session shadowed by `reference`."""
     return Settings(
         upstreams=[
             {"name": "int4", "base_url": f"{served.url}/v1", "models": ["gemma-int4"]},
             reference.entry.model_dump(),
         ],
-        shadow={"reference": "bf16", "sample": 1.0},
+        shadow={"reference": "bf16", "sample": 1.0, "log": None if log is None else str(log)},
         admin_key="admin-secret",
         **extra,
     )
@@ -419,11 +421,19 @@ def test_every_protocol_is_shadowed_through_the_real_proxy_and_the_client_gets_i
         assert sample(text, "toolsentry_shadow_pairs_total", outcome="primary_only", **labels) == 1
 
 
-def settled(http: httpx.Client, pairs: int = 2) -> dict[str, Any]:
+def settled(http: httpx.Client, pairs: int = 2, skipped: int = 0) -> dict[str, Any]:
+    """The shadow's stats once `pairs` pairs and `skipped` skips are counted and nothing is in
+    flight (a turn hands its request over as it closes, which may be after the client's reply)."""
     headers = {"x-admin-key": "admin-secret"}
     for _ in range(400):
         stats: dict[str, Any] = http.get("/v1/stats/shadow", headers=headers).json()
-        if stats["in_flight"] == 0 and stats["data"] and stats["data"][0]["pairs"] >= pairs:
+        entry = stats["data"][0] if stats["data"] else None
+        if (
+            stats["in_flight"] == 0
+            and entry is not None
+            and entry["pairs"] >= pairs
+            and sum(entry["skipped"].values()) >= skipped
+        ):
             return stats
         time.sleep(0.025)
     return stats
@@ -487,3 +497,89 @@ def test_a_messages_turn_is_shadowed_on_the_messages_route(reference: Reference)
     assert "/v1/messages" in reference.script.paths
     (entry,) = stats["data"]
     assert (entry["pairs"], entry["outcomes"]["primary_only"]) == (1, 1)
+
+
+RESPONSES_TOOLS = [{"type": "function", **t["function"]} for t in RETAIL_TOOLS]
+
+
+@pytest.mark.parametrize(
+    "reason", ["previous_response_id", "conversation", "item_reference"], ids=str
+)
+def test_a_responses_turn_that_continues_stored_context_is_skipped_with_its_reason(
+    reference: Reference, tmp_path: Path, reason: str
+) -> None:
+    # The second turn carries only what is new; the rest is stored at the primary's upstream,
+    # which the reference is not. It is not sent to the reference (which would refuse the ids,
+    # or answer without the context): counted as skipped, never as a pair or a reference error.
+    primary = ScriptedUpstream(
+        [
+            answer(None, call("get_order_details", {"order_id": "#W1"})),
+            answer("Order #W1 was delivered."),
+        ]
+    )
+    reference.script.push(answer(None, call("get_order_details", {"order_id": "#W1"})))
+    log = tmp_path / "shadow.jsonl"
+    with LoopbackServer(primary.app) as served:
+        settings = shadowed_settings(served, reference, log=log, repair="off")
+        with LoopbackServer(create_app(settings, environ={})) as proxy:
+            client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+            first = client.responses.create(
+                model="gemma-int4", input="where is order #W1?", tools=RESPONSES_TOOLS
+            )
+            (asked,) = [i for i in first.output if i.type == "function_call"]
+            result = {"type": "function_call_output", "call_id": asked.call_id, "output": "ok"}
+            continued: dict[str, Any] = {
+                "previous_response_id": {"previous_response_id": first.id, "input": [result]},
+                "conversation": {"conversation": "conv_1", "input": [result]},
+                "item_reference": {"input": [{"type": "item_reference", "id": asked.id}, result]},
+            }[reason]
+            second = client.responses.create(model="gemma-int4", tools=RESPONSES_TOOLS, **continued)
+            client.close()
+            with httpx.Client(base_url=proxy.url, timeout=30) as http:
+                stats = settled(http, pairs=1, skipped=1)
+                text = http.get("/metrics").text
+    assert second.output_text == "Order #W1 was delivered."  # the client is unaffected
+    assert reference.script.paths.count("/v1/responses") == 1  # only the first turn was sent
+    (entry,) = stats["data"]
+    assert (entry["pairs"], entry["outcomes"]["agree"]) == (1, 1)
+    assert entry["errors"] == {}
+    assert entry["skipped"] == {
+        r: int(r == reason) for r in ("previous_response_id", "conversation", "item_reference")
+    }
+    labels = {"model": "gemma-int4", "reference": "bf16", "api": "responses"}
+    assert sample(text, "toolsentry_shadow_skipped_total", reason=reason, **labels) == 1
+    assert sample(text, "toolsentry_shadow_pairs_total", outcome="agree", **labels) == 1
+    # A pair's line is written when the reference answers, a skip's at once: either may be first.
+    lines = sorted((json.loads(x) for x in log.read_text().splitlines()), key=lambda x: x["event"])
+    assert [(x["event"], x.get("reason")) for x in lines] == [("pair", None), ("skipped", reason)]
+    if reason == "previous_response_id":
+        assert lines[0]["session"] == lines[1]["session"]  # the chain is one session
+
+
+async def test_a_skip_reaches_the_store_even_with_nothing_in_flight(
+    reference: Reference, closing: list[Shadow]
+) -> None:
+    shadow, metrics, store = make_shadow(reference, closing)
+    continued = {**REQUEST, "input": "and #W2?", "previous_response_id": "resp_1"}
+    skipped = ShadowRequest(
+        model="gemma-int4",
+        session="s1",
+        api="responses",
+        path="responses",
+        body=continued,
+        headers={},
+        primary=chat_judge(VALID),
+        judge=chat_judge,
+    )
+    assert not shadow.submit(skipped)
+    await shadow.drain()
+    assert reference.script.requests == []
+    labels = {"model": "gemma-int4", "reference": "bf16", "api": "responses"}
+    assert (
+        metric(metrics, "toolsentry_shadow_skipped_total", reason="previous_response_id", **labels)
+        == 1
+    )
+    # Another replica on the same store, which never saw the request, reads the same figure.
+    other, _, _ = make_shadow(reference, closing, store=store)
+    (entry,) = (await other.stats())["data"]
+    assert (entry["pairs"], entry["skipped"]["previous_response_id"]) == (0, 1)
