@@ -10,8 +10,11 @@ under a corrective re-ask it fixes the call or repeats the mistake.
 
 Every random choice comes from a generator seeded by (seed, task, trial, turn, attempt), so an
 episode plays the same whatever else runs at the same time, and profiles that differ only in
-their rates draw the same numbers: a more damaged profile errs wherever a less damaged one does,
-and then some.
+their rates draw the same numbers. Whether a call goes wrong and how are two draws: the first
+against the profile's total mistake rate, the second picks the channel in proportion to the
+channel rates. So of two profiles with proportional rates (the built-in `bf16`, `fp8`, `int4`)
+the more damaged one makes, on the same request, every mistake the less damaged one makes — the
+same channel, the same wrong name — and then some: the same mistakes, more often.
 """
 
 from __future__ import annotations
@@ -230,7 +233,7 @@ class SimulatedModel:
             return SimReply(f"{CONFIRM_PREFIX} {call_text(action)}. Shall I proceed? (yes/no)")
         if step.kind == "ask_user":
             return SimReply(f"{ASK_USER_PREFIX} {device_call_text(action)}.")
-        channel = _draw_channel(rng.random(), profile) if err else None
+        channel = _draw_channel(rng.random(), rng.random(), profile) if err else None
         detail = rng.random()
         call_id = _call_id(rng)
         arguments = dict(action.arguments)
@@ -256,13 +259,23 @@ class SimulatedModel:
         return f"{DONE}{told} {CLOSING_QUESTION}"
 
 
-def _draw_channel(draw: float, profile: DamageProfile) -> str | None:
-    bound = 0.0
-    for channel, rate in profile.channel_rates().items():
-        bound += rate
-        if draw < bound:
+def _draw_channel(whether: float, which: float, profile: DamageProfile) -> str | None:
+    """The channel a call errs on, or None: it errs when `whether` falls below the profile's
+    mistake rate, on the channel `which` picks in proportion to the channel rates.
+
+    One draw for both would not nest: with the channels laid end to end, a draw that lands on
+    `bf16`'s malformed_arguments lands on `int4`'s (longer) unknown_tool span.
+    """
+    total = profile.mistake_rate
+    if whether >= total:
+        return None
+    point = which * total
+    erring = [(channel, rate) for channel, rate in profile.channel_rates().items() if rate > 0]
+    for channel, rate in erring:
+        if point < rate:
             return channel
-    return None
+        point -= rate
+    return erring[-1][0]  # `point` left over by rounding at the top end
 
 
 def _call(call_id: str, name: str, arguments: str, mistake: str | None) -> SimReply:

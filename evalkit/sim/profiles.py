@@ -10,7 +10,9 @@ state-changing action).
 
 The built-in profiles share everything but the channel rates: `fp8` has 1.3× and `int4` a
 configurable multiple (default 2.5×) of `bf16`'s, so a more quantized model makes the same
-mistakes more often. A custom profile is a YAML file:
+mistakes more often: with proportional rates the simulated model's draws nest (evalkit/sim/model.py),
+so on the same request `int4` makes every mistake `bf16` makes, and more. A custom profile is a
+YAML file:
 
     name: int4-awq          # the model is then served as sim-int4-awq
     base: bf16              # optional: start from a built-in profile ...

@@ -19,7 +19,7 @@ from evalkit.sim.model import (
     EpisodeKey,
     SimulatedModel,
 )
-from evalkit.sim.profiles import builtin_profiles
+from evalkit.sim.profiles import CHANNEL_FIELDS, builtin_profiles
 from evalkit.sim.vocabulary import vocabulary
 from evalkit.tasks import parse_tasks
 from evalkit.users import ScriptedUser
@@ -109,20 +109,29 @@ def test_the_same_episode_turn_gets_the_same_answer_and_other_trials_draw_apart(
     assert len({str(a.tool_calls) for a in answers}) > 1
 
 
-def test_a_more_damaged_profile_errs_wherever_a_less_damaged_one_does(
+def test_a_more_damaged_profile_makes_every_mistake_a_less_damaged_one_makes_and_more(
     model: SimulatedModel, tools: list[dict[str, object]]
 ) -> None:
+    # The same mistakes, more often: on the same request int4 errs wherever bf16 does, on the
+    # same channel with the same call (the same wrong name, the same broken arguments).
     profiles = builtin_profiles()
-    bf16_errs = int4_errs = 0
-    for seed in range(600):
+    bf16_errs: Counter[str] = Counter()
+    int4_errs: Counter[str] = Counter()
+    for seed in range(2000):
         key = EpisodeKey("0", 0, seed)
         bf16 = model.reply(OPENING, tools, key, profiles["bf16"])
         int4 = model.reply(OPENING, tools, key, profiles["int4"])
         if bf16.mistake is not None:
-            bf16_errs += 1
-            assert int4.mistake is not None, seed
-        int4_errs += int4.mistake is not None
-    assert 2.0 * bf16_errs < int4_errs < 3.0 * bf16_errs
+            bf16_errs[bf16.mistake] += 1
+            assert (int4.mistake, int4.tool_calls, int4.content) == (
+                bf16.mistake,
+                bf16.tool_calls,
+                bf16.content,
+            ), seed
+        if int4.mistake is not None:
+            int4_errs[int4.mistake] += 1
+    assert set(bf16_errs) == set(int4_errs) == set(CHANNEL_FIELDS)
+    assert 2.0 * bf16_errs.total() < int4_errs.total() < 3.0 * bf16_errs.total()
 
 
 def test_wrong_tool_names_come_from_the_vocabulary_in_the_same_rank_order(
