@@ -367,7 +367,11 @@ class MessagesWire:
             raise status_error("agent", exc.status_code, exc.message, exc.body) from exc
         except anthropic.AnthropicError as exc:
             raise EndpointError(f"agent endpoint failed: {exc}") from exc
-        body = (await raw.parse()).model_dump(mode="json")
+        # The answer as the server wrote it: a malformed call's `input` is text there, which the
+        # SDK's typed Message cannot re-serialize without a warning (and would not keep as sent).
+        body = await raw.json()
+        if not isinstance(body, dict):
+            raise EndpointError("agent endpoint answered a Messages request with no JSON object")
         return _message(self.api, read_messages(body), body, raw.headers)
 
     async def close(self) -> None:
