@@ -41,6 +41,12 @@ class UpstreamConfig(BaseModel):
     timeout: float = Field(default=600.0, gt=0, description="Seconds to wait for a response.")
     connect_timeout: float = Field(default=10.0, gt=0)
     max_connections: int = Field(default=256, ge=1, description="Pooled keep-alive connections.")
+    keepalive_timeout: float = Field(
+        default=4.0,
+        gt=0,
+        description="Seconds an idle pooled connection is kept: below the server's own keep-alive "
+        "(5 s for vLLM and uvicorn), so a connection is never reused just as the server closes it.",
+    )
     structured_outputs: StructuredOutputs = Field(
         default=StructuredOutputs.AUTO,
         description="Whether `repair: constrain` and `enforce_strict` may ask this upstream for "

@@ -178,7 +178,9 @@ class AiohttpUpstream:
         # Created lazily so it binds to the running event loop of the server, not the importer's.
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(
-                limit=self.config.max_connections, keepalive_timeout=30, ttl_dns_cache=300
+                limit=self.config.max_connections,
+                keepalive_timeout=self.config.keepalive_timeout,
+                ttl_dns_cache=300,
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,

@@ -7,6 +7,7 @@ import threading
 from collections.abc import AsyncIterator
 
 import aiohttp
+import aiohttp.web
 import orjson
 import pytest
 
@@ -264,3 +265,34 @@ def test_an_older_vllm_flat_error_body_is_put_into_the_openai_shape() -> None:
     assert caught.value.body() == {
         "error": {"message": "bad n", "type": "BadRequestError", "param": "n", "code": 400}
     }
+
+
+async def test_an_idle_pooled_connection_is_let_go_before_the_servers_keep_alive_ends() -> None:
+    # vLLM and uvicorn close an idle connection after 5 s; a client keeping it longer may reuse
+    # one just as the server closes it, and a request without retries (the shadow's) fails.
+    # This server keeps its side open, so only the client's keep-alive decides.
+    async def peer(request: aiohttp.web.Request) -> aiohttp.web.Response:
+        await request.read()
+        return aiohttp.web.json_response({"port": request.transport.get_extra_info("peername")[1]})
+
+    app = aiohttp.web.Application()
+    app.router.add_post("/v1/peer", peer)
+    runner = aiohttp.web.AppRunner(app, keepalive_timeout=60)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    config = UpstreamConfig(name="s", base_url=f"http://127.0.0.1:{port}/v1", keepalive_timeout=0.2)
+    upstream = AiohttpUpstream(config, api_key=None, retries=0)
+    try:
+        ports = []
+        for pause in (0.0, 0.0, 0.8):
+            await asyncio.sleep(pause)
+            response = await upstream.request("POST", "peer", body=b"{}", headers={})
+            ports.append(response.json()["port"])
+    finally:
+        await upstream.close()
+        await runner.cleanup()
+    assert ports[0] == ports[1]  # kept alive between requests close together
+    assert ports[2] != ports[1]  # let go once idle past keepalive_timeout
+    assert UpstreamConfig(name="d", base_url="http://127.0.0.1:1/v1").keepalive_timeout < 5
