@@ -17,10 +17,8 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from proxy import tracing
 from proxy.guard.channels import Channel, Violation
+from proxy.otlp import Encoder, Exporter, SpanRecord
 from proxy.tracing import (
-    Encoder,
-    Exporter,
-    SpanRecord,
     Tracing,
     TracingConfig,
     parse_traceparent,
