@@ -64,23 +64,34 @@ def read_shadow_log(paths: Sequence[Path]) -> list[ModelPairLog]:
 
     Raises:
         UsageError: no path given, or a path cannot be read.
-        ResultsFileError: a line is not a shadow log line (the file and line are named).
+        ResultsFileError: a line is not a shadow log line (the file and line are named), or the
+            files hold no line at all.
     """
     if not paths:
         raise UsageError("give at least one shadow log file")
     groups: dict[tuple[str, str], ModelPairLog] = {}
     for path in paths:
         try:
-            text = path.read_text(encoding="utf-8")
+            data = path.read_bytes()
         except OSError as exc:
             raise UsageError(f"cannot read shadow log {path}: {exc.strerror or exc}") from exc
-        for number, raw in enumerate(text.splitlines(), start=1):
+        for number, line in enumerate(data.splitlines(), start=1):
+            try:
+                raw = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ResultsFileError(
+                    f"{path}:{number} is not a shadow log line (not UTF-8 text: {exc.reason} "
+                    f"at byte {exc.start})"
+                ) from exc
             if not raw.strip():
                 continue
             try:
                 _add_line(groups, json.loads(raw))
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise ResultsFileError(f"{path}:{number} is not a shadow log line ({exc})") from exc
+    if not groups:
+        names = ", ".join(str(p) for p in paths)
+        raise ResultsFileError(f"no shadow log line in {names} (empty, or blank lines only)")
     return list(groups.values())
 
 

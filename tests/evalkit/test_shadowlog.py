@@ -140,3 +140,25 @@ def test_a_line_that_is_not_a_shadow_line_names_its_file_and_line(tmp_path: Path
     missing = CliRunner().invoke(app, ["shadow", str(tmp_path / "nope.jsonl")])
     assert missing.exit_code == 2
     assert "cannot read shadow log" in missing.output
+
+
+def test_an_empty_log_and_one_that_is_not_text_are_clear_errors(tmp_path: Path) -> None:
+    empty, blank = tmp_path / "empty.jsonl", tmp_path / "blank.jsonl"
+    empty.write_bytes(b"")
+    blank.write_text("\n  \n")
+    result = CliRunner().invoke(app, ["shadow", str(empty), str(blank)])
+    assert result.exit_code == 4
+    assert f"no shadow log line in {empty}, {blank} (empty, or blank lines only)" in result.output
+    corrupt = tmp_path / "corrupt.jsonl"
+    write_log(corrupt, random_pairs(7, 2))
+    corrupt.write_bytes(corrupt.read_bytes() + b"\xff\xfe garbage\n")
+    result = CliRunner().invoke(app, ["shadow", str(corrupt), "--json"])
+    assert result.exit_code == 4
+    assert f"{corrupt}:5 is not a shadow log line (not UTF-8 text" in result.output
+    assert "Traceback" not in result.output
+    truncated = tmp_path / "truncated.jsonl"  # a writer stopped in the middle of its last line
+    write_log(truncated, random_pairs(8, 2))
+    truncated.write_bytes(truncated.read_bytes()[:-20])
+    result = CliRunner().invoke(app, ["shadow", str(truncated)])
+    assert result.exit_code == 4
+    assert f"{truncated}:4 is not a shadow log line" in result.output
