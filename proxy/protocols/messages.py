@@ -195,21 +195,14 @@ def session_hints(body: Mapping[str, Any]) -> SessionHints:
     user_id = metadata.get("user_id") if isinstance(metadata, Mapping) else None
     declared, user = None, user_id
     if isinstance(user_id, str) and user_id.startswith("{"):
-        try:
-            inner = json.loads(user_id)
-        except ValueError:
-            inner = None
+        inner = _json_object(user_id)
         if isinstance(inner, dict) and inner.get("session_id"):
             declared, user = inner["session_id"], None
-    messages = body.get("messages")
-    first_user = next(
-        (
-            _blocks_text(m.get("content"))
-            for m in messages or []
-            if isinstance(m, dict) and m.get("role") == "user"
-        ),
-        "",
-    )
+    first_user = ""
+    for message in body.get("messages") or ():
+        if isinstance(message, dict) and message.get("role") == "user":
+            first_user = _blocks_text(message.get("content"))
+            break
     model = body.get("model")
     return SessionHints(
         (model if isinstance(model, str) else "", _blocks_text(body.get("system")), first_user),
@@ -219,13 +212,27 @@ def session_hints(body: Mapping[str, Any]) -> SessionHints:
     )
 
 
+def _json_object(text: str) -> object:
+    """`text` parsed as JSON, None when it is not JSON. orjson first; what it refuses and
+    Python's parser takes (NaN, Infinity, lone surrogates) is read as Python reads it."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
 def tool_results(messages: Sequence[Any]) -> list[ToolResult]:
     """The `tool_result` blocks of the user turns, in order; `is_error: true` is a tool error."""
     out = []
     for message in messages:
-        if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
             continue
-        for block in message["content"]:
+        for block in content:
             if not isinstance(block, dict) or block.get("type") != "tool_result":
                 continue
             call_id = block.get("tool_use_id")
@@ -236,10 +243,18 @@ def tool_results(messages: Sequence[Any]) -> list[ToolResult]:
 
 
 def _blocks_text(content: object) -> str:
-    """The text of a string or of content blocks (their `text` parts)."""
-    if isinstance(content, list):
-        return content_text([b for b in content if isinstance(b, dict) and b.get("type") == "text"])
-    return content_text(content)
+    """The text of a string or of content blocks (their `text` parts, as `content_text` reads
+    each: a text that is not a string by its block's canonical JSON)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return content_text(content)
+    pieces = []
+    for block in content:
+        if isinstance(block, dict) and block.get("type") == "text":
+            text = block.get("text")
+            pieces.append(text if isinstance(text, str) else content_text([block]))
+    return "".join(pieces)
 
 
 # -- the answer ----------------------------------------------------------------------------------
@@ -252,8 +267,10 @@ def read_message(blocks: Sequence[Any]) -> Message:
         if not isinstance(block, dict):
             continue
         kind = block.get("type")
-        if kind == "text" and isinstance(block.get("text"), str):
-            text.append(block["text"])
+        if kind == "text":
+            part = block.get("text")
+            if isinstance(part, str):
+                text.append(part)
         elif kind == "tool_use":
             calls.append(
                 {
@@ -270,7 +287,7 @@ def read_message(blocks: Sequence[Any]) -> Message:
     message: Message = {"role": "assistant", "content": "".join(text) or None}
     if calls:
         message["tool_calls"] = calls
-    return with_thinking(message, thinking)
+    return with_thinking(message, thinking) if thinking else message
 
 
 def with_thinking(message: Message, blocks: list[dict[str, Any]]) -> Message:

@@ -96,17 +96,20 @@ class ResponsesProtocol(Adapter):
 
     def read(self, data: Any, upstream: str) -> Reply:
         output = data.get("output") if isinstance(data, dict) else None
-        if not isinstance(data, dict) or not isinstance(output, list):
+        if not isinstance(output, list):
             raise UpstreamProtocolError(
                 f"upstream '{upstream}' answered 200 with a body that is not a response"
             )
-        if not all(isinstance(item, dict) for item in output):
-            raise UpstreamProtocolError(
-                f"upstream '{upstream}' sent an output item that is not an object"
-            )
+        for item in output:
+            if not isinstance(item, dict):
+                raise UpstreamProtocolError(
+                    f"upstream '{upstream}' sent an output item that is not an object"
+                )
         if data.get("status") == "failed":
             raise _failed(data, upstream)
-        response_id = data.get("id") if isinstance(data.get("id"), str) else None
+        response_id = data.get("id")
+        if not isinstance(response_id, str):
+            response_id = None
         message = guard_message(output, response_id)
         return Reply(data, [Choice(0, message, finish_of(data, message))], response_id)
 
@@ -526,7 +529,7 @@ def tool_results(items: list[Any]) -> list[ToolResult]:
 def call_name(item: Mapping[str, Any]) -> object:
     """The name the guard knows a call item by: `namespace.name` inside a namespace."""
     name, namespace = item.get("name"), item.get("namespace")
-    if isinstance(namespace, str) and namespace and isinstance(name, str):
+    if namespace and isinstance(namespace, str) and isinstance(name, str):
         return f"{namespace}.{name}"
     return name
 
@@ -548,11 +551,14 @@ def guard_message(
     for item in output:
         kind = item.get("type")
         if kind == "message":
-            for part in item.get("content") or []:
-                if isinstance(part, dict) and part.get("type") == "output_text":
-                    texts.append(str(part.get("text") or ""))
-                elif isinstance(part, dict) and part.get("type") == "refusal":
-                    texts.append(str(part.get("refusal") or ""))
+            for part in item.get("content") or ():
+                if not isinstance(part, dict):
+                    continue
+                what = part.get("type")
+                if what == "output_text":
+                    texts.append(_text(part.get("text")))
+                elif what == "refusal":
+                    texts.append(_text(part.get("refusal")))
         elif kind == "function_call":
             calls.append(
                 {
@@ -577,6 +583,11 @@ def guard_message(
     if response_id is not None:
         message[RESPONSE_ID] = response_id
     return message
+
+
+def _text(value: object) -> str:
+    """A part's text as the guard reads it: a string as it is, nothing as "", else its str()."""
+    return value if isinstance(value, str) else str(value or "")
 
 
 def reasoning_text(item: Mapping[str, Any]) -> str:

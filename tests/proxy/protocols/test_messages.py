@@ -21,6 +21,7 @@ from proxy.errors import (
 from proxy.guard.toolcheck import validate
 from proxy.protocols.base import Settled
 from proxy.protocols.messages import THINKING_KEY, MessagesProtocol
+from proxy.session.budget import content_text
 from proxy.streaming import SSEDecoder, SSEEvent
 from proxy.testing import answer, call, thinking
 
@@ -123,6 +124,37 @@ def test_the_view_translates_tool_choice_session_hints_and_tool_errors() -> None
     assert (plain_user.hints.declared, plain_user.hints.user) == (None, "user-7")
     with pytest.raises(BadRequestError, match="'messages'"):
         PROTOCOL.view({**BODY, "messages": []}, None)
+
+
+@pytest.mark.parametrize(
+    ("user_id", "declared", "user"),
+    [
+        # JSON only Python's parser takes: the session inside is still read.
+        ('{"session_id": "cc-2", "score": NaN}', "cc-2", None),
+        ('{"session_id": "cc-3", "note": "\\ud800"}', "cc-3", None),  # a lone surrogate
+        ('{"session_id": "cc-4"', None, '{"session_id": "cc-4"'),  # not JSON: the user id
+        ('{"device_id": "d"}', None, '{"device_id": "d"}'),
+    ],
+)
+def test_the_session_inside_a_user_id_is_read_as_pythons_json_parser_reads_it(
+    user_id: str, declared: object, user: object
+) -> None:
+    hints = PROTOCOL.view({**BODY, "metadata": {"user_id": user_id}}, None).hints
+    assert (hints.declared, hints.user) == (declared, user)
+
+
+def test_the_fingerprint_reads_text_blocks_as_content_text_does() -> None:
+    odd = {"type": "text", "text": 7}  # not a string: its canonical JSON, as content_text has it
+    body = {
+        **BODY,
+        "system": [{"type": "text", "text": "S1"}, {"type": "image"}, odd],
+        "messages": [
+            {"role": "assistant", "content": "before the user"},
+            {"role": "user", "content": [odd, "stray", {"type": "text", "text": "U"}]},
+        ],
+    }
+    expected = content_text([odd])
+    assert PROTOCOL.view(body, None).hints.fingerprint == ("m", "S1" + expected, expected + "U")
 
 
 def test_a_reask_continues_with_the_answer_and_error_tool_results_in_messages_form() -> None:
