@@ -5,11 +5,13 @@ tool decisions), a drop, a reference error, or a skip (a request the reference c
 asked as is, with its reason). Here the lines become the proxy's own `Pair`s
 (`proxy.shadowstats`, so a pair means the same thing online and offline), and the figures are
 computed with evalkit's statistics: per-channel rates with Wilson intervals, the rate ratio with
-Katz's interval, the Spearman rank correlation of failure signatures and the novel share — the
-figures `GET /v1/stats/shadow` shows for the same pairs — and, beside them, what a live counter
-cannot give: the per-channel rate difference with a bootstrap interval and a sign-flip test that
-resample whole *sessions* (a session's turns are not independent), Holm-corrected across
-channels, and a plot.
+Katz's interval, the Spearman rank correlation of failure signatures and the novel share (the
+proxy's own `signature_agreement`) — the figures `GET /v1/stats/shadow` shows for the same pairs
+— and, beside them, what a live counter cannot give, from resampling whole *sessions* (a sampled
+session is shadowed on every turn, and its turns are not independent): the per-channel rate
+difference with a bootstrap interval and a sign-flip test, Holm-corrected across channels; the
+rank correlation's and the novel share's intervals, each resample's figures computed by that same
+proxy function; and a plot.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from evalkit.analysis.compare import _signatures as signature_agreement
 from evalkit.analysis.stats import (
     DEFAULT_RESAMPLES,
     RateRatio,
@@ -35,7 +37,7 @@ from evalkit.analysis.stats import (
 )
 from evalkit.analysis.table import Table, columns
 from evalkit.errors import ResultsFileError, UsageError
-from proxy.shadowstats import Outcome, Pair, Side, SkipReason
+from proxy.shadowstats import Outcome, Pair, Side, Signature, SkipReason, signature_agreement
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +116,176 @@ def _add_line(groups: dict[tuple[str, str], ModelPairLog], line: dict[str, Any])
         raise ValueError(f"unknown event {event!r}")
 
 
+# -- the signature figures and their session bootstrap ------------------------------------------
+
+CONFIDENCE = 0.95
+# Below about this many reference failures the signature figures' bias outgrows what the
+# bootstrap corrects (measured on the simulated upstream: README, "Is my quantized model worse
+# than it looks?"); the report says so.
+FEW_REFERENCE_FAILURES = 100
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCounts:
+    """Each session's failure signatures, counted: `counts[side][i, j]` is how often side's
+    answers in session i failed with signature `keys[j]`. Sessions in order of first appearance."""
+
+    keys: tuple[Signature, ...]
+    sessions: tuple[str, ...]
+    counts: dict[Side, npt.NDArray[np.float64]]
+
+    @classmethod
+    def of(cls, pairs: Sequence[LoggedPair]) -> SessionCounts:
+        keys = tuple(
+            sorted({s for p in pairs for side in Side for s in p.pair.side(side).failures})
+        )
+        column = {k: j for j, k in enumerate(keys)}
+        row: dict[str, int] = {}
+        for logged in pairs:
+            row.setdefault(logged.session, len(row))
+        counts = {side: np.zeros((len(row), len(keys))) for side in Side}
+        for logged in pairs:
+            i = row[logged.session]
+            for side in Side:
+                for signature in logged.pair.side(side).failures:
+                    counts[side][i, column[signature]] += 1
+        return cls(keys, tuple(row), counts)
+
+    def agreement(self, weights: npt.ArrayLike) -> tuple[float | None, float | None]:
+        """(rank correlation, novel share) of the log that holds session i `weights[i]` times —
+        the proxy's own `signature_agreement` over that log's signature counts (a signature
+        drawn on neither side is absent from it, as from a tally)."""
+        w = np.asarray(weights, dtype=np.float64)
+        primary, reference = w @ self.counts[Side.PRIMARY], w @ self.counts[Side.REFERENCE]
+        return signature_agreement(
+            {k: int(n) for k, n in zip(self.keys, primary, strict=True) if n},
+            {k: int(n) for k, n in zip(self.keys, reference, strict=True) if n},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BootstrapInterval:
+    """A figure's session-bootstrap interval: the basic (bias-corrected) bootstrap interval,
+    2·estimate less the resamples' upper and lower quantiles, clipped to the figure's range.
+    `bias` is the resamples' mean less the estimate (the bootstrap's estimate of the figure's
+    bias); `defined`: resamples in which the figure was defined (a resample without primary
+    failures has no novel share, one with a constant side no correlation)."""
+
+    low: float
+    high: float
+    bias: float
+    defined: int
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureFigures:
+    """How alike the two sides' failures are: the rank correlation of their signature counts
+    and the novel share — the proxy's figures (`signature_agreement`), as `GET /v1/stats/shadow`
+    shows them — with their session-bootstrap intervals (None where the figure is undefined),
+    the failures behind them and how the intervals were drawn: `resamples` logs of as many
+    sessions as this one's (`sessions`), drawn from its sessions with replacement, from `seed`."""
+
+    rank_correlation: float | None
+    novel_share: float | None
+    primary_failures: int
+    reference_failures: int
+    rank_correlation_ci: BootstrapInterval | None
+    novel_share_ci: BootstrapInterval | None
+    sessions: int
+    resamples: int
+    seed: int
+    confidence: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: the keys `GET /v1/stats/shadow` has under `signatures` mean the same."""
+
+        def interval(ci: BootstrapInterval | None) -> list[float] | None:
+            return None if ci is None else [ci.low, ci.high]
+
+        def detail(ci: BootstrapInterval | None) -> dict[str, Any] | None:
+            return None if ci is None else {"bias": ci.bias, "defined_resamples": ci.defined}
+
+        return {
+            "rank_correlation": self.rank_correlation,
+            "rank_correlation_ci": interval(self.rank_correlation_ci),
+            "novel_share": self.novel_share,
+            "novel_share_ci": interval(self.novel_share_ci),
+            "primary_failures": self.primary_failures,
+            "reference_failures": self.reference_failures,
+            "bootstrap": {
+                "unit": "session",
+                "sessions": self.sessions,
+                "resamples": self.resamples,
+                "seed": self.seed,
+                "confidence": self.confidence,
+                "method": "basic",
+                "rank_correlation": detail(self.rank_correlation_ci),
+                "novel_share": detail(self.novel_share_ci),
+            },
+        }
+
+
+def signature_figures(
+    pairs: Sequence[LoggedPair],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    confidence: float = CONFIDENCE,
+) -> SignatureFigures:
+    """The rank correlation and the novel share of `pairs` with their session-bootstrap
+    intervals (see `SignatureFigures`, `BootstrapInterval`). Each resample's figures are the
+    proxy's `signature_agreement` of the resampled log, what `GET /v1/stats/shadow` would show
+    for it.
+
+    Why the basic interval: both figures are biased on a log of this size — a signature one side
+    shows once or twice is often missing on the other by chance, which lowers ρ and raises the
+    novel share — and a resample, holding fewer distinct sessions, is more so. Percentiles of the
+    resamples would carry that bias a second time, away from the truth; the basic interval
+    subtracts it (README, "Is my quantized model worse than it looks?", has the measurement).
+    """
+    counts = SessionCounts.of(pairs)
+    n = len(counts.sessions)
+    correlation, novel = counts.agreement(np.ones(n))
+    replicates: list[tuple[float | None, float | None]] = []
+    if n:
+        rng = np.random.default_rng(seed)
+        uniform = np.full(n, 1.0 / n)
+        for start in range(0, resamples, _CHUNK):
+            draws = rng.multinomial(n, uniform, size=min(_CHUNK, resamples - start))
+            replicates += [counts.agreement(w) for w in draws]
+    alpha = (1.0 - confidence) / 2
+    return SignatureFigures(
+        rank_correlation=correlation,
+        novel_share=novel,
+        primary_failures=int(counts.counts[Side.PRIMARY].sum()),
+        reference_failures=int(counts.counts[Side.REFERENCE].sum()),
+        rank_correlation_ci=_basic_interval(correlation, [r for r, _ in replicates], alpha, -1.0),
+        novel_share_ci=_basic_interval(novel, [s for _, s in replicates], alpha, 0.0),
+        sessions=n,
+        resamples=resamples,
+        seed=seed,
+        confidence=confidence,
+    )
+
+
+_CHUNK = 2_000
+
+
+def _basic_interval(
+    estimate: float | None, replicates: Sequence[float | None], alpha: float, lowest: float
+) -> BootstrapInterval | None:
+    values = np.array([r for r in replicates if r is not None])
+    if estimate is None or values.size == 0:
+        return None
+    low, high = np.quantile(values, [alpha, 1.0 - alpha])
+    return BootstrapInterval(
+        low=max(lowest, 2 * estimate - float(high)),
+        high=min(1.0, 2 * estimate - float(low)),
+        bias=float(values.mean()) - estimate,
+        defined=int(values.size),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ChannelFigures:
     """One channel: answers failing in it on each side out of `pairs`, their Wilson intervals,
@@ -175,10 +347,7 @@ class ShadowAnalysis:
     skipped: dict[str, int]
     outcomes: dict[str, int]
     channels: list[ChannelFigures]
-    rank_correlation: float | None
-    novel_share: float | None
-    primary_failures: int
-    reference_failures: int
+    signatures: SignatureFigures
     args_compared: int
     args_equal: int
 
@@ -194,12 +363,7 @@ class ShadowAnalysis:
             "skipped": self.skipped,
             "outcomes": self.outcomes,
             "channels": {c.channel: c.to_dict() for c in self.channels},
-            "signatures": {
-                "rank_correlation": self.rank_correlation,
-                "novel_share": self.novel_share,
-                "primary_failures": self.primary_failures,
-                "reference_failures": self.reference_failures,
-            },
+            "signatures": self.signatures.to_dict(),
             "arguments": {
                 "compared": self.args_compared,
                 "equal": self.args_equal,
@@ -215,18 +379,10 @@ def analyze_shadow_log(
     return [_analyze(group, resamples=resamples, seed=seed) for group in groups]
 
 
-def _signature_key(channel: str, tool: str) -> str:
-    return f"{channel}|{tool}"
-
-
 def _analyze(group: ModelPairLog, *, resamples: int, seed: int) -> ShadowAnalysis:
     pairs = [logged.pair for logged in group.pairs]
     sessions = [logged.session for logged in group.pairs]
     n = len(pairs)
-    signatures: dict[Side, Counter[str]] = {side: Counter() for side in Side}
-    for pair in pairs:
-        for side in Side:
-            signatures[side].update(_signature_key(c, t) for c, t in pair.side(side).failures)
     channels = sorted({c for pair in pairs for side in Side for c in pair.side(side).channels})
     # One row per pair, one column per channel: did the primary (reference) answer fail in it?
     failed = {
@@ -263,7 +419,6 @@ def _analyze(group: ModelPairLog, *, resamples: int, seed: int) -> ShadowAnalysi
                     p_holm=adjusted[j],
                 )
             )
-    correlation, novel = signature_agreement(signatures[Side.REFERENCE], signatures[Side.PRIMARY])
     outcomes = Counter(pair.outcome.value for pair in pairs)
     agreements = [pair.arguments for pair in pairs if pair.arguments is not None]
     return ShadowAnalysis(
@@ -276,10 +431,7 @@ def _analyze(group: ModelPairLog, *, resamples: int, seed: int) -> ShadowAnalysi
         skipped={r.value: group.skipped.get(r.value, 0) for r in SkipReason},
         outcomes={o.value: outcomes.get(o.value, 0) for o in Outcome},
         channels=figures,
-        rank_correlation=correlation,
-        novel_share=novel,
-        primary_failures=sum(signatures[Side.PRIMARY].values()),
-        reference_failures=sum(signatures[Side.REFERENCE].values()),
+        signatures=signature_figures(group.pairs, resamples=resamples, seed=seed),
         args_compared=sum(a.compared for a in agreements),
         args_equal=sum(a.equal for a in agreements),
     )
@@ -379,6 +531,11 @@ def shadow_tables(analysis: ShadowAnalysis) -> list[Table]:
             ]
         )
     agreement = None if not analysis.args_compared else analysis.args_equal / analysis.args_compared
+    arguments = (
+        f"Arguments equal in {analysis.args_equal} of {analysis.args_compared} calls to the same "
+        "tool" + ("." if agreement is None else f" ({_percent(agreement)}%).")
+    )
+    sig = analysis.signatures
     channels = Table(
         f"{title}: answers failing per channel",
         columns(
@@ -394,15 +551,41 @@ def shadow_tables(analysis: ShadowAnalysis) -> list[Table]:
         channel_rows,
         note="Share of pairs whose answer failed in the channel (%, 95% Wilson CI); ratio "
         "primary/reference with Katz's CI; difference with a session-bootstrap CI and a "
-        "Holm-adjusted sign-flip p.",
-        footnotes=(
-            f"Failure signatures (channel, tool name as called): Spearman "
-            f"{_number(analysis.rank_correlation)}, novel share "
-            f"{'–' if analysis.novel_share is None else _percent(analysis.novel_share) + '%'} "
-            f"({analysis.primary_failures} primary, {analysis.reference_failures} reference "
-            "failures).",
-            f"Arguments equal in {analysis.args_equal} of {analysis.args_compared} calls to the "
-            "same tool" + ("." if agreement is None else f" ({_percent(agreement)}%)."),
-        ),
+        f"Holm-adjusted sign-flip p ({sig.resamples:,} resamples, seed {sig.seed}).",
+        footnotes=(*signature_lines(sig), arguments),
     )
     return [summary, channels]
+
+
+def signature_lines(figures: SignatureFigures) -> tuple[str, str]:
+    """The signature figures in words: ρ and the novel share with their intervals, and how the
+    intervals were drawn."""
+    rho, novel = figures.rank_correlation_ci, figures.novel_share_ci
+    return (
+        f"Failure signatures (channel, tool name as called; {figures.primary_failures} primary, "
+        f"{figures.reference_failures} reference failures): Spearman "
+        f"{_number(figures.rank_correlation)}"
+        + ("" if rho is None else f" (95% CI {rho.low:.2f}–{rho.high:.2f})")
+        + ", novel share "
+        + ("–" if figures.novel_share is None else f"{_percent(figures.novel_share)}%")
+        + ("" if novel is None else f" (95% CI {_percent(novel.low)}–{_percent(novel.high)}%)")
+        + ".",
+        f"Their intervals: basic bootstrap over the log's {figures.sessions} sessions (a "
+        f"session's pairs drawn together), {figures.resamples:,} resamples, seed {figures.seed}"
+        + (
+            ""
+            if rho is None or novel is None
+            else f"; the resamples put the figures' bias at {rho.bias:+.2f} and "
+            f"{100 * novel.bias:+.1f} pts, which the intervals correct (the figures read low "
+            "and high on a small log)"
+        )
+        + "."
+        + (
+            ""
+            if figures.reference_failures >= FEW_REFERENCE_FAILURES
+            or figures.rank_correlation is None
+            else f" With {figures.reference_failures} reference failures (under "
+            f"{FEW_REFERENCE_FAILURES}) both figures and their intervals can sit far from the "
+            "truth: the correction is partial."
+        ),
+    )

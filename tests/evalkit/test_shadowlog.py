@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 
 from evalkit.analysis.table import Table
 from evalkit.cli import app
-from evalkit.shadowlog import analyze_shadow_log, read_shadow_log, shadow_tables
+from evalkit.shadowlog import analyze_shadow_log, read_shadow_log, shadow_tables, signature_lines
 from proxy.shadowstats import Decision, Pair, figures, tally_pairs
 
 UNKNOWN = "unknown_tool"
@@ -162,3 +163,48 @@ def test_an_empty_log_and_one_that_is_not_text_are_clear_errors(tmp_path: Path) 
     result = CliRunner().invoke(app, ["shadow", str(truncated)])
     assert result.exit_code == 4
     assert f"{truncated}:4 is not a shadow log line" in result.output
+
+
+def test_the_report_gives_the_signature_figures_intervals_and_how_they_were_drawn(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "shadow.jsonl"
+    write_log(log, random_pairs(9, 400))
+    result = CliRunner(env={"COLUMNS": "400"}).invoke(
+        app, ["shadow", str(log), "--resamples", "300", "--seed", "4"]
+    )
+    assert result.exit_code == 0, result.output
+    (analysis,) = analyze_shadow_log(read_shadow_log([log]), resamples=300, seed=4)
+    sig = analysis.signatures
+    assert sig.rank_correlation_ci is not None
+    assert sig.novel_share_ci is not None
+    rho, novel = sig.rank_correlation_ci, sig.novel_share_ci
+    printed = " ".join(result.output.split())  # the terminal wraps the footnotes
+    for text in (printed, shadow_tables(analysis)[1].markdown()):
+        assert f"Spearman {sig.rank_correlation:.2f} (95% CI {rho.low:.2f}–{rho.high:.2f})" in text
+        assert f"(95% CI {100 * novel.low:.1f}–{100 * novel.high:.1f}%)" in text
+        assert "basic bootstrap over the log's 100 sessions" in text
+        assert "300 resamples, seed 4" in text
+        assert f"With {sig.reference_failures} reference failures (under 100)" in text
+    enough = dataclasses.replace(sig, reference_failures=100)
+    assert "reference failures (under" not in " ".join(signature_lines(enough))
+
+
+def test_without_failures_or_pairs_the_signature_figures_have_no_interval(tmp_path: Path) -> None:
+    clean = Decision(("get_order_details",), ('{"order_id":"#W1"}',), ())
+    log = tmp_path / "shadow.jsonl"
+    write_log(log, [(f"s{i}", Pair.between(clean, clean)) for i in range(5)], drops=3)
+    only_drops = tmp_path / "drops.jsonl"
+    write_log(only_drops, [], drops=3)
+    for path, sessions in ((log, 5), (only_drops, 0)):
+        result = CliRunner().invoke(app, ["shadow", str(path), "--json", "--resamples", "100"])
+        assert result.exit_code == 0, result.output
+        (offline,) = json.loads(result.output)["data"]
+        signatures = offline["signatures"]
+        assert signatures["rank_correlation"] is None
+        assert signatures["rank_correlation_ci"] is None
+        assert signatures["novel_share_ci"] is None
+        assert signatures["bootstrap"]["sessions"] == sessions
+        text = CliRunner().invoke(app, ["shadow", str(path), "--resamples", "100"])
+        assert text.exit_code == 0, text.output
+        assert "Spearman –" in " ".join(text.output.split())
