@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from proxy.session.budget import (
     ExhaustionPolicy,
     content_text,
     fingerprint,
+    fingerprint_of,
     resolve_session_id,
     tool_errors_in,
 )
@@ -170,6 +173,32 @@ def test_a_developer_message_plays_the_part_of_the_system_message() -> None:
 def test_a_body_without_messages_still_has_a_fingerprint() -> None:
     assert fingerprint({"model": "m"}) == fingerprint({"model": "m", "messages": []})
     assert fingerprint({}).startswith("fp-")
+
+
+def test_the_fingerprint_of_a_conversation_never_changes() -> None:
+    # Stored sessions are keyed by it: a proxy upgraded mid-conversation must find them again.
+    body = make_body()
+    assert fingerprint(body) == "fp-717984ac397ff137"
+    assert fingerprint(body) == "fp-717984ac397ff137"  # remembered, the same
+    texts = ("m", 'Ünïcode \u2603 "quoted" \\ back', "tab\there\nnewline \ud800")
+    assert fingerprint_of(*texts) == "fp-16bce3b29315c444"
+
+
+@given(st.text(max_size=20), st.text(max_size=200), st.text(max_size=200))
+def test_the_fingerprint_hashes_the_json_of_model_system_and_user(
+    model: str, system: str, user: str
+) -> None:
+    encoded = json.dumps([model, system, user]).encode("utf-8", "surrogatepass")
+    expected = "fp-" + hashlib.sha256(encoded).hexdigest()[:16]
+    assert fingerprint_of(model, system, user) == expected
+    assert fingerprint_of(model, system, user) == expected
+
+
+def test_long_openings_are_fingerprinted_without_being_remembered() -> None:
+    system = "You are a retail agent. " * 2000
+    first = fingerprint(make_body(system=system))
+    assert first == fingerprint(make_body(system=system))
+    assert first != fingerprint(make_body(system=system + "!"))
 
 
 def test_non_text_parts_still_distinguish_messages() -> None:
