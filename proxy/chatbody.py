@@ -17,7 +17,6 @@ succeeds and the top-level `"tools"` is the marker. Anything else falls back to 
 from __future__ import annotations
 
 import os
-import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -36,11 +35,13 @@ MAX_TOOLS_BYTES: Final = 262_144
 # The top-level `"tools"` is what is wanted; a body whose first few `"tools"` keys are all nested
 # gets a full parse instead of one attempt per key (each attempt parses the body once).
 MAX_CANDIDATES: Final = 8
-# `"tools"`, JSON blanks, `:`, blanks, and an array's opening bracket (not consumed).
-_TOOLS_ARRAY: Final = re.compile(rb'"tools"[ \t\r\n]*:[ \t\r\n]*(?=\[)')
+_TOOLS_KEY: Final = b'"tools"'
+_BLANKS: Final = frozenset(b" \t\r\n")
+_COLON: Final = ord(":")
+_BRACKET: Final = ord("[")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ParsedBody:
     """A request body, parsed, and its tools' compiled index when they were recognised.
 
@@ -162,12 +163,25 @@ class ChatBodyParser:
 
 
 def _value_starts(raw: bytes) -> Iterator[int]:
-    """Where an array value follows a `"tools"` key token, the first `MAX_CANDIDATES` of them.
+    """Where an array value follows a `"tools"` key token (`"tools"`, JSON blanks, `:`,
+    blanks, `[`), the first `MAX_CANDIDATES` of them.
 
     Candidates only: one may be a nested key, or text inside a string.
     """
-    for _, match in zip(range(MAX_CANDIDATES), _TOOLS_ARRAY.finditer(raw), strict=False):
-        yield match.end()
+    found, end = 0, len(raw)
+    at = raw.find(_TOOLS_KEY)
+    while at >= 0 and found < MAX_CANDIDATES:
+        i = at + len(_TOOLS_KEY)
+        while i < end and raw[i] in _BLANKS:
+            i += 1
+        if i < end and raw[i] == _COLON:
+            i += 1
+            while i < end and raw[i] in _BLANKS:
+                i += 1
+            if i < end and raw[i] == _BRACKET:
+                found += 1
+                yield i
+        at = raw.find(_TOOLS_KEY, at + 1)
 
 
 def _value_at(raw: bytes, start: int, *, ascii_only: bool) -> bytes | None:
