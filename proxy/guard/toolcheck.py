@@ -240,7 +240,7 @@ def validate(
         return [
             Violation(Channel.EMPTY_RESPONSE, "the response has neither content nor tool calls")
         ]
-    rule = _ChoiceRule.parse(tool_choice) if index.names else _ChoiceRule("auto", None)
+    rule = _ChoiceRule.parse(tool_choice) if index.names else _ANY_CALL
     violations: list[Violation] = []
     for position, call in enumerate(calls):
         last = position == len(calls) - 1
@@ -280,6 +280,8 @@ class _ChoiceRule:
 
     @classmethod
     def parse(cls, tool_choice: object) -> _ChoiceRule:
+        if tool_choice is None or tool_choice == "auto":
+            return _ANY_CALL
         if tool_choice in ("none", "required"):
             return cls(str(tool_choice), None)
         if isinstance(tool_choice, dict):
@@ -293,8 +295,8 @@ class _ChoiceRule:
                 if isinstance(spec, dict):
                     mode = "required" if spec.get("mode") == "required" else "auto"
                     return cls(mode, frozenset(_allowed_names(spec.get("tools"))))
-        # "auto", absent, or a form this proxy does not know: nothing to enforce.
-        return cls("auto", None)
+        # A form this proxy does not know: nothing to enforce.
+        return _ANY_CALL
 
     def forbids(self, name: object) -> str | None:
         """Why this call is not allowed, or None."""
@@ -309,6 +311,10 @@ class _ChoiceRule:
         if self.allowed is None:
             return "tool_choice is 'required' but the model made no tool call"
         return f"tool_choice requires a call to {', '.join(sorted(self.allowed))} but the model made no tool call"
+
+
+_ANY_CALL: Final = _ChoiceRule("auto", None)
+"""`tool_choice` `auto` or absent (every request without one): made once."""
 
 
 def _allowed_names(tools: object) -> list[str]:

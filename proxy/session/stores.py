@@ -335,6 +335,8 @@ def check_ttl(ttl_seconds: float) -> None:
 
 def check_counts(errors: int, repairs: int, requests: int, channels: Mapping[str, int]) -> None:
     """Raise ValueError for a negative increment: session counts only grow."""
+    if min(errors, repairs, requests) >= 0 and (not channels or min(channels.values()) >= 0):
+        return
     named = {"errors": errors, "repairs": repairs, "requests": requests, **channels}
     negative = {name: n for name, n in named.items() if n < 0}
     if negative:
