@@ -439,7 +439,8 @@ def _analyze(group: ModelPairLog, *, resamples: int, seed: int) -> ShadowAnalysi
 
 def plot_shadow(analyses: Sequence[ShadowAnalysis], path: Path) -> None:
     """Per-channel failure rates of both sides (with their Wilson intervals), one panel per
-    (model, reference), written to `path` (PNG, SVG or PDF by its suffix).
+    (model, reference) titled with the signature figures and their intervals, written to `path`
+    (PNG, SVG or PDF by its suffix).
 
     Raises:
         UsageError: the file cannot be written.
@@ -479,7 +480,11 @@ def plot_shadow(analyses: Sequence[ShadowAnalysis], path: Path) -> None:
             )
         ax.set_xticks(x, names, rotation=20, ha="right")
         ax.set_ylabel("answers failing")
-        ax.set_title(f"{analysis.model} against {analysis.reference} ({analysis.pairs} pairs)")
+        ax.set_title(
+            f"{analysis.model} against {analysis.reference} ({analysis.pairs} pairs)\n"
+            f"failure signatures: {signature_summary(analysis.signatures)}",
+            fontsize="medium",
+        )
         ax.legend()
     fig.tight_layout()
     try:
@@ -557,19 +562,25 @@ def shadow_tables(analysis: ShadowAnalysis) -> list[Table]:
     return [summary, channels]
 
 
+def signature_summary(figures: SignatureFigures) -> str:
+    """ρ and the novel share with their 95% intervals, in a few words."""
+    rho, novel = figures.rank_correlation_ci, figures.novel_share_ci
+    return (
+        f"Spearman {_number(figures.rank_correlation)}"
+        + ("" if rho is None else f" (95% CI {rho.low:.2f}–{rho.high:.2f})")
+        + ", novel share "
+        + ("–" if figures.novel_share is None else f"{_percent(figures.novel_share)}%")
+        + ("" if novel is None else f" (95% CI {_percent(novel.low)}–{_percent(novel.high)}%)")
+    )
+
+
 def signature_lines(figures: SignatureFigures) -> tuple[str, str]:
     """The signature figures in words: ρ and the novel share with their intervals, and how the
     intervals were drawn."""
     rho, novel = figures.rank_correlation_ci, figures.novel_share_ci
     return (
         f"Failure signatures (channel, tool name as called; {figures.primary_failures} primary, "
-        f"{figures.reference_failures} reference failures): Spearman "
-        f"{_number(figures.rank_correlation)}"
-        + ("" if rho is None else f" (95% CI {rho.low:.2f}–{rho.high:.2f})")
-        + ", novel share "
-        + ("–" if figures.novel_share is None else f"{_percent(figures.novel_share)}%")
-        + ("" if novel is None else f" (95% CI {_percent(novel.low)}–{_percent(novel.high)}%)")
-        + ".",
+        f"{figures.reference_failures} reference failures): {signature_summary(figures)}.",
         f"Their intervals: basic bootstrap over the log's {figures.sessions} sessions (a "
         f"session's pairs drawn together), {figures.resamples:,} resamples, seed {figures.seed}"
         + (

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import random
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import pytest
 from typer.testing import CliRunner
 
 from evalkit.analysis.table import Table
 from evalkit.cli import app
-from evalkit.shadowlog import analyze_shadow_log, read_shadow_log, shadow_tables, signature_lines
+from evalkit.shadowlog import (
+    analyze_shadow_log,
+    plot_shadow,
+    read_shadow_log,
+    shadow_tables,
+    signature_lines,
+    signature_summary,
+)
 from proxy.shadowstats import Decision, Pair, figures, tally_pairs
 
 UNKNOWN = "unknown_tool"
@@ -208,3 +217,17 @@ def test_without_failures_or_pairs_the_signature_figures_have_no_interval(tmp_pa
         text = CliRunner().invoke(app, ["shadow", str(path), "--resamples", "100"])
         assert text.exit_code == 0, text.output
         assert "Spearman –" in " ".join(text.output.split())
+
+
+def test_the_plot_titles_each_panel_with_the_signature_figures(tmp_path: Path) -> None:
+    log = tmp_path / "shadow.jsonl"
+    write_log(log, random_pairs(10, 200))
+    analyses = analyze_shadow_log(read_shadow_log([log]), resamples=200, seed=2)
+    svg = tmp_path / "shadow.svg"
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text, to read it back
+        plot_shadow(analyses, svg)
+    sig = analyses[0].signatures
+    assert sig.rank_correlation_ci is not None
+    text = html.unescape(svg.read_text())
+    assert f"failure signatures: {signature_summary(sig)}" in text
+    assert f"(95% CI {sig.rank_correlation_ci.low:.2f}–{sig.rank_correlation_ci.high:.2f})" in text
