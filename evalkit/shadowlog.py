@@ -181,7 +181,8 @@ class BootstrapInterval:
 class SignatureFigures:
     """How alike the two sides' failures are: the rank correlation of their signature counts
     and the novel share — the proxy's figures (`signature_agreement`), as `GET /v1/stats/shadow`
-    shows them — with their session-bootstrap intervals (None where the figure is undefined),
+    shows them — with their session-bootstrap intervals (None where the figure is undefined,
+    or the log holds a single session),
     the failures behind them and how the intervals were drawn: `resamples` logs of as many
     sessions as this one's (`sessions`), drawn from its sessions with replacement, from `seed`."""
 
@@ -247,7 +248,7 @@ def signature_figures(
     n = len(counts.sessions)
     correlation, novel = counts.agreement(np.ones(n))
     replicates: list[tuple[float | None, float | None]] = []
-    if n:
+    if n >= 2:  # one session resampled is always itself: no interval to draw
         rng = np.random.default_rng(seed)
         uniform = np.full(n, 1.0 / n)
         for start in range(0, resamples, _CHUNK):
@@ -578,9 +579,17 @@ def signature_lines(figures: SignatureFigures) -> tuple[str, str]:
     """The signature figures in words: ρ and the novel share with their intervals, and how the
     intervals were drawn."""
     rho, novel = figures.rank_correlation_ci, figures.novel_share_ci
-    return (
+    head = (
         f"Failure signatures (channel, tool name as called; {figures.primary_failures} primary, "
-        f"{figures.reference_failures} reference failures): {signature_summary(figures)}.",
+        f"{figures.reference_failures} reference failures): {signature_summary(figures)}."
+    )
+    if rho is None and novel is None:
+        return head, (
+            f"No intervals: the figures are undefined or the log holds {figures.sessions} "
+            "session(s), too few to resample."
+        )
+    return (
+        head,
         f"Their intervals: basic bootstrap over the log's {figures.sessions} sessions (a "
         f"session's pairs drawn together), {figures.resamples:,} resamples, seed {figures.seed}"
         + (

@@ -205,6 +205,22 @@ def test_without_failures_or_pairs_the_signature_figures_have_no_interval(tmp_pa
     write_log(log, [(f"s{i}", Pair.between(clean, clean)) for i in range(5)], drops=3)
     only_drops = tmp_path / "drops.jsonl"
     write_log(only_drops, [], drops=3)
+    unknown = Decision(("lookup",), (None,), ((UNKNOWN, "lookup"),))
+    other = Decision(("find",), (None,), ((UNKNOWN, "find"),))
+    one_session = tmp_path / "one.jsonl"  # figures defined, but nothing to resample
+    write_log(
+        one_session,
+        [("s", Pair.between(unknown, unknown))] * 2 + [("s", Pair.between(other, clean))],
+    )
+    (single,) = analyze_shadow_log(read_shadow_log([one_session]), resamples=100)
+    assert single.signatures.novel_share == pytest.approx(1 / 3)
+    assert single.signatures.rank_correlation is not None
+    assert single.signatures.rank_correlation_ci is None
+    assert single.signatures.novel_share_ci is None
+    assert signature_lines(single.signatures)[1] == (
+        "No intervals: the figures are undefined or the log holds 1 session(s), too few to "
+        "resample."
+    )
     for path, sessions in ((log, 5), (only_drops, 0)):
         result = CliRunner().invoke(app, ["shadow", str(path), "--json", "--resamples", "100"])
         assert result.exit_code == 0, result.output
