@@ -10,8 +10,7 @@ comment and the request's log line (the metrics are counted where the turn close
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -27,12 +26,14 @@ SUMMARY_COMMENT: Final = "x-toolsentry"
 """The name that starts the summary comment sent before a stream's terminal event."""
 
 
-@dataclass(frozen=True, slots=True)
-class TurnReport:
+class TurnReport(NamedTuple):
     """A turn's accounting as it stands (`final`: the turn has closed, and `status` is its own).
 
     `violations`: the channels found in this request, in the order first found (an upstream
     failure that ended the request included); `errors`: the session's count after it.
+
+    A named tuple, immutable as a frozen dataclass is, and made in a quarter of the time (one
+    or two a request).
     """
 
     api: str

@@ -109,6 +109,8 @@ class Pipeline:
         self.constraints = ConstraintSupport()
         self._structured_outputs = {u.name: u.structured_outputs for u in settings.upstreams}
         self._model_labels: set[str] = set()
+        # The budget of a request that overrides none (frozen, so every such turn shares it).
+        self._budget = ErrorBudget(settings.max_errors, settings.exhaustion_policy)
 
     async def begin(
         self,
@@ -260,7 +262,10 @@ class Pipeline:
                         f"x-toolsentry-repair must be one of {valid}, got {mode!r}",
                         param="x-toolsentry-repair",
                     ) from None
-        return ErrorBudget(max_errors, self.settings.exhaustion_policy), repair
+        budget, policy = self._budget, self.settings.exhaustion_policy
+        if max_errors == budget.max_errors and policy is budget.policy:
+            return budget, repair
+        return ErrorBudget(max_errors, policy), repair
 
 
 class Turn:
@@ -634,9 +639,12 @@ class Turn:
         return self._report(200, final=False)
 
     def _report(self, status: int, *, final: bool) -> TurnReport:
-        channels = dict.fromkeys(v.channel.value for v in self._found)
-        if self._failed:
-            channels[Channel.UPSTREAM_ERROR.value] = None
+        violations: tuple[str, ...] = ()
+        if self._found or self._failed:
+            channels = dict.fromkeys(v.channel.value for v in self._found)
+            if self._failed:
+                channels[Channel.UPSTREAM_ERROR.value] = None
+            violations = tuple(channels)
         return TurnReport(
             self.protocol.api,
             self.model,
@@ -644,7 +652,7 @@ class Turn:
             self.record.errors,
             self.budget.max_errors,
             self._repaired,
-            tuple(channels),
+            violations,
             status,
             final,
         )

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from proxy.errors import BadRequestError
 
@@ -126,7 +126,7 @@ def message_hints(body: Mapping[str, Any]) -> SessionHints:
     """The session hints of a body that holds `messages` (chat completions): `metadata.session_id`,
     `user`, and the fingerprint of the model, first system (or developer) and first user message."""
     metadata = body.get("metadata")
-    declared = metadata.get("session_id") if isinstance(metadata, Mapping) else None
+    declared = metadata.get("session_id") if _is_mapping(metadata) else None
     messages = body.get("messages")
     system = user = ""
     if isinstance(messages, list):
@@ -253,9 +253,15 @@ def _checked(raw: str, *, param: str) -> str:
 
 def _first_content(messages: list[Any], roles: tuple[str, ...]) -> str:
     for message in messages:
-        if isinstance(message, Mapping) and message.get("role") in roles:
+        if _is_mapping(message) and message.get("role") in roles:
             return content_text(message.get("content"))
     return ""
+
+
+def _is_mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
+    # A parsed body's objects are dicts: those are told without the ABC's instance check (a
+    # Python call each, on every request).
+    return type(value) is dict or (value is not None and isinstance(value, Mapping))
 
 
 def _short_hash(text: str) -> str:
