@@ -172,6 +172,8 @@ def restore_calls(
     they are (validation reports them). Returns a changed copy, or `message` itself when nothing
     changed.
     """
+    if not forms:  # no tool was declared strict (a first attempt without enforce_strict)
+        return message
     calls = message.get("tool_calls")
     if not isinstance(calls, list) or not any(form.placeholders for form in forms.values()):
         return message
