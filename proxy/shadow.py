@@ -13,6 +13,11 @@ pair is counted three ways — Prometheus (`toolsentry_shadow_*`), the session s
 `GET /v1/stats/shadow` shows, the same from every worker and replica) and, when configured, the
 shadow log (JSONL, written by a thread of its own, rotated by size).
 
+The store is not written per pair: each process adds its counts up in memory and writes them in
+one batch every `FLUSH_SECONDS` (three store calls per batch, not per pair). A process flushes
+what it holds before it reads (`stats`), when drained and when closed, so its own figures are
+exact at once and another worker's or replica's within `FLUSH_SECONDS`.
+
 Counts in the store, per (model, reference):
     shadow:index                      field "{model}|{reference}" -> pairs (which pairs exist)
     shadow:{model}|{reference}        the bounded fields of `shadowstats.pair_counts`, drops,
@@ -23,19 +28,17 @@ Counts in the store, per (model, reference):
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
-import logging
-import logging.handlers
 import os
-import queue
+import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 import orjson
 
@@ -74,6 +77,8 @@ MAX_NAMES: Final = 2000
 MAX_MODEL_PAIRS: Final = 64
 INDEX_KEY: Final = "shadow:index"
 _LOG_QUEUE: Final = 10_000
+_LOG_POLL_SECONDS: Final = 0.05
+FLUSH_SECONDS: Final = 0.25
 
 Judge = Callable[[Any], Decision]
 """The reference's reply (parsed JSON) → its decision: the protocol's adapter and the guard,
@@ -155,37 +160,101 @@ def reference_upstream(
 
 
 class ShadowLog:
-    """The shadow log: JSONL, one line per event, written by a thread of its own (stdlib
-    logging's queue listener) so the event loop never waits on the disk; rotated by size into
-    `path.1`, `path.2`, …. A full queue (a disk that cannot keep up) loses the line and counts it.
+    """The shadow log: JSONL, one line per event, written by a thread of its own so the event
+    loop never waits on the disk; rotated by size into `path.1`, `path.2`, … (with no backups
+    the file is emptied instead). The loop only encodes a line and appends it to a queue; the
+    writer takes what has gathered every `_LOG_POLL_SECONDS` and writes it in one call. A full
+    queue (a disk that cannot keep up) or a failed write loses the lines and counts them (`lost`).
     """
 
     def __init__(self, path: Path, *, max_bytes: int, backups: int) -> None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._handler = logging.handlers.RotatingFileHandler(
-                path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8", delay=True
-            )
+            self._file: BinaryIO | None = path.open("ab")
+            self._size = self._file.seek(0, os.SEEK_END)
         except OSError as exc:
             raise ConfigError(f"cannot open shadow log {str(path)!r}: {exc}") from exc
         self.path = path
-        self.lost = 0
-        self._queue: queue.Queue[logging.LogRecord] = queue.Queue(_LOG_QUEUE)
-        self._listener = logging.handlers.QueueListener(self._queue, self._handler)
-        self._listener.start()
+        self._max_bytes = max_bytes
+        self._backups = backups
+        self._lines: collections.deque[bytes] = collections.deque()
+        self._full = 0  # counted by the event loop
+        self._failed = 0  # counted by the writer
+        self._stop = threading.Event()
+        self._writer = threading.Thread(target=self._write_loop, name="shadow-log", daemon=True)
+        self._writer.start()
+
+    @property
+    def lost(self) -> int:
+        """Lines not written: the queue was full, or the disk refused them."""
+        return self._full + self._failed
 
     def write(self, line: Mapping[str, Any]) -> None:
         """Queue one line; never blocks."""
-        record = logging.makeLogRecord({"msg": orjson.dumps(line).decode(), "args": None})
-        try:
-            self._queue.put_nowait(record)
-        except queue.Full:
-            self.lost += 1
+        if len(self._lines) >= _LOG_QUEUE:
+            self._full += 1
+            return
+        self._lines.append(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE))
 
     def close(self) -> None:
         """Write what is queued and close the file."""
-        self._listener.stop()
-        self._handler.close()
+        self._stop.set()
+        self._writer.join()
+        self._write_queued()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _write_loop(self) -> None:
+        while not self._stop.wait(_LOG_POLL_SECONDS):
+            self._write_queued()
+
+    def _write_queued(self) -> None:
+        lines, chunk, size = self._lines, list[bytes](), 0
+        taken = 0  # lines off the queue and not yet written
+        try:
+            while lines:
+                line = lines.popleft()
+                taken += 1
+                file = self._file or self._reopen()
+                if self._size + size + len(line) > self._max_bytes and self._size + size > 0:
+                    file.write(b"".join(chunk))
+                    taken -= len(chunk)
+                    chunk.clear()
+                    size = 0
+                    self._rotate(file)
+                chunk.append(line)
+                size += len(line)
+            if chunk:
+                file = self._file or self._reopen()
+                file.write(b"".join(chunk))
+                file.flush()
+                self._size += size
+        except OSError:  # what was taken is lost; the next batch tries a fresh file
+            self._failed += taken
+            if self._file is not None:
+                with contextlib.suppress(OSError):
+                    self._file.close()
+            self._file = None
+
+    def _reopen(self) -> BinaryIO:
+        self._file = file = self.path.open("ab")
+        self._size = file.seek(0, os.SEEK_END)
+        return file
+
+    def _rotate(self, file: BinaryIO) -> None:
+        file.close()
+        self._file = None
+        if self._backups > 0:
+            for i in range(self._backups - 1, 0, -1):
+                older = self.path.with_name(f"{self.path.name}.{i}")
+                if older.exists():
+                    older.replace(self.path.with_name(f"{self.path.name}.{i + 1}"))
+            self.path.replace(self.path.with_name(f"{self.path.name}.1"))
+            self._reopen()
+        else:
+            self._file = self.path.open("wb")
+        self._size = 0
 
 
 class Shadow:
@@ -213,10 +282,13 @@ class Shadow:
         self._clock = clock
         self._models = frozenset(config.models)
         self._tasks: set[asyncio.Task[None]] = set()
-        # Drops and skips are counted in the hot path, which must not await the store: a skip
-        # starts a write of its own when there is room, else (and a drop always) they go to
-        # the store with the next write (one is in flight when there is no room).
-        self._unsent: dict[str, Counter[str]] = {}
+        # What this process counted since its last store write, per pair key (see the module
+        # doc); `_flushing` is the write under way (the timer's, or a reader's), one at a time.
+        self._pending: dict[str, _Pending] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._flushing = asyncio.Lock()
+        self._flusher: asyncio.Task[None] | None = None
+        self._children: dict[tuple[Any, ...], Any] = {}
         self._log_events = get_logger()
 
     @property
@@ -241,17 +313,13 @@ class Shadow:
         reason = skip_reason(request.api, request.body)
         full = len(self._tasks) >= self.config.max_in_flight
         if reason is not None:
-            self._metrics.skipped.labels(
-                request.model, self.reference_name, reason.value, request.api
-            ).inc()
+            self._inc(self._metrics.skipped, request.model, reason.value, request.api)
             self._write_log(request, {"event": "skipped", "reason": reason.value})
-            self._unsend(request.model, skip_field(reason))
-            if not full:
-                self._start(self._count(request, {}, {}))
+            self._count(request.model, {skip_field(reason): 1})
             return False
         if full:
-            self._metrics.dropped.labels(request.model, self.reference_name, request.api).inc()
-            self._unsend(request.model, DROPPED)
+            self._inc(self._metrics.dropped, request.model, request.api)
+            self._count(request.model, {DROPPED: 1})
             self._write_log(request, {"event": "dropped"})
             return False
         context = contextvars.copy_context()
@@ -260,9 +328,6 @@ class Shadow:
             context.run(CURRENT_TRACE.set, trace.beside("shadow"))
         self._start(self._run(request), context)
         return True
-
-    def _unsend(self, model: str, field: str) -> None:
-        self._unsent.setdefault(model, Counter())[field] += 1
 
     def _start(
         self, work: Coroutine[Any, Any, None], context: contextvars.Context | None = None
@@ -275,17 +340,16 @@ class Shadow:
         try:
             decision, reply = await self._ask_reference(request)
         except _ReferenceFailed as failed:
-            self._metrics.errors.labels(
-                request.model, self.reference_name, failed.kind, request.api
-            ).inc()
+            self._inc(self._metrics.errors, request.model, failed.kind, request.api)
             self._write_log(request, {"event": "error", "kind": failed.kind})
-            await self._count(request, {error_field(failed.kind): 1}, {})
+            self._count(request.model, {error_field(failed.kind): 1})
             return
         pair = Pair.between(request.primary, decision)
         self._count_metrics(request, pair)
         fixed, names = pair_counts(pair)
-        self._write_log(request, {"event": "pair", **pair.to_log()}, reference_body=reply)
-        await self._count(request, fixed, names)
+        self._count(request.model, fixed, names)
+        if self._log is not None:
+            self._write_log(request, {"event": "pair", **pair.to_log()}, reference_body=reply)
 
     async def _ask_reference(self, request: ShadowRequest) -> tuple[Decision, Any]:
         body = dict(request.body)
@@ -313,37 +377,63 @@ class Shadow:
             raise _ReferenceFailed("invalid_answer") from exc
 
     def _count_metrics(self, request: ShadowRequest, pair: Pair) -> None:
-        m, ref, api = request.model, self.reference_name, request.api
-        self._metrics.pairs.labels(m, ref, pair.outcome.value, api).inc()
-        for side in Side:
-            for channel in pair.side(side).channels:
-                self._metrics.failures.labels(m, ref, side.value, channel, api).inc()
+        m, api = request.model, request.api
+        self._inc(self._metrics.pairs, m, pair.outcome.value, api)
+        for side, decision in ((Side.PRIMARY, pair.primary), (Side.REFERENCE, pair.reference)):
+            for channel in decision.channels:
+                self._inc(self._metrics.failures, m, side.value, channel, api)
 
-    async def _count(
-        self,
-        request: ShadowRequest | None,
-        fixed: dict[str, int],
-        names: dict[str, int],
-        *,
-        model: str = "",
+    def _inc(self, family: Any, model: str, *labels: str, by: int = 1) -> None:
+        """Add `by` to `family{model, reference, *labels}`; each child is looked up once."""
+        key = (family, model, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(model, self.reference_name, *labels)
+        child.inc(by)
+
+    def _count(
+        self, model: str, fixed: Mapping[str, int], names: Mapping[str, int] | None = None
     ) -> None:
-        model = request.model if request is not None else model
+        """Add one event's fields to what this process holds for the store (see the module
+        doc); the first since the last write sets the timer for the next."""
         key = _pair_key(model, self.reference_name)
-        unsent = self._unsent.pop(model, None)
-        if unsent:
-            fixed = dict(Counter(fixed) + unsent)
-        try:
-            await self._store.add_counts(
-                INDEX_KEY, {key: fixed.get(PAIRS, 0)}, max_fields=MAX_MODEL_PAIRS
-            )
-            await self._store.add_counts("shadow:" + key, fixed)
-            if names:
-                await self._store.add_counts("shadow-names:" + key, names, max_fields=MAX_NAMES)
-        except SessionStoreError as exc:
-            # The figures in the store miss this pair; the metrics and the log have it.
-            api = request.api if request is not None else ""
-            self._metrics.errors.labels(model, self.reference_name, "store", api).inc()
-            self._log_events.warning("shadow_store_failed", error=str(exc))
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = self._pending[key] = _Pending()
+        pending.add(fixed, names)
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(FLUSH_SECONDS, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self.flush())
+
+    async def flush(self) -> None:
+        """Write what this process counted to the store, one batch per (model, reference)."""
+        async with self._flushing:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            pending, self._pending = self._pending, {}
+            for key, counts in pending.items():
+                try:
+                    await self._store.add_counts(
+                        INDEX_KEY, {key: counts.fixed.get(PAIRS, 0)}, max_fields=MAX_MODEL_PAIRS
+                    )
+                    await self._store.add_counts("shadow:" + key, counts.fixed)
+                    if counts.names:
+                        await self._store.add_counts(
+                            "shadow-names:" + key, counts.names, max_fields=MAX_NAMES
+                        )
+                except SessionStoreError as exc:
+                    # The figures in the store miss these events; the metrics and the log have
+                    # them. One error per event missed, as if each had been written alone.
+                    model = key.rpartition("|")[0]
+                    self._inc(self._metrics.errors, model, "store", "", by=counts.events)
+                    self._log_events.warning(
+                        "shadow_store_failed", error=str(exc), events=counts.events
+                    )
 
     def _write_log(
         self, request: ShadowRequest, event: dict[str, Any], reference_body: Any = None
@@ -362,14 +452,9 @@ class Shadow:
             line["bodies"] = {"primary": request.primary_body, "reference": reference_body}
         self._log.write(line)
 
-    async def flush_drops(self) -> None:
-        """Send the drops and skips counted since the last store write to the store."""
-        for model in list(self._unsent):
-            await self._count(None, {}, {}, model=model)
-
     async def stats(self) -> dict[str, Any]:
         """`GET /v1/stats/shadow`: the figures of every (model, reference) pair, from the store."""
-        await self.flush_drops()
+        await self.flush()
         index = await self._store.read_counts(INDEX_KEY)
         out = []
         for key in sorted(index):
@@ -388,20 +473,47 @@ class Shadow:
         }
 
     async def drain(self) -> None:
-        """Wait for the shadow requests in flight (tests, benchmarks)."""
+        """Wait for the shadow requests in flight and write their counts to the store (tests,
+        benchmarks)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.flush()
 
     async def close(self) -> None:
         """Cancel what is in flight, send the last drops, close the reference and the log."""
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
-        with contextlib.suppress(SessionStoreError):
-            await self.flush_drops()
+        if self._flusher is not None:
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        await self.flush()
         await self.reference.close()
         if self._log is not None:
             self._log.close()
+
+
+class _Pending:
+    """The counts of one (model, reference) not yet written to the store."""
+
+    __slots__ = ("events", "fixed", "names")
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.fixed: dict[str, int] = {}
+        self.names: dict[str, int] = {}
+
+    def add(self, fixed: Mapping[str, int], names: Mapping[str, int] | None) -> None:
+        self.events += 1
+        mine = self.fixed
+        for field, count in fixed.items():
+            mine[field] = mine.get(field, 0) + count
+        if names:
+            held = self.names
+            for field, count in names.items():
+                if field in held:
+                    held[field] += count
+                elif len(held) < MAX_NAMES:  # the store keeps no more either
+                    held[field] = count
 
 
 class _ReferenceFailed(Exception):

@@ -92,6 +92,8 @@ class Decision:
     @property
     def channels(self) -> tuple[str, ...]:
         """The channels this answer failed in, each once, in the order first seen."""
+        if not self.failures:
+            return ()
         return tuple(dict.fromkeys(channel for channel, _ in self.failures))
 
     @classmethod
@@ -259,26 +261,33 @@ def pair_counts(pair: Pair) -> tuple[dict[str, int], dict[str, int]]:
     """What one pair adds to a tally, split into the bounded fields (pairs, outcomes, per-channel
     answers, argument totals) and the unbounded ones (signatures and argument keys hold names a
     model made up; the store caps how many of those it keeps)."""
-    fixed: Counter[str] = Counter({PAIRS: 1, outcome_field(pair.outcome): 1})
-    names: Counter[str] = Counter()
-    for side in Side:
-        decision = pair.side(side)
+    fixed = {PAIRS: 1, _OUTCOME_FIELDS[classify(pair.primary, pair.reference)]: 1}
+    names: dict[str, int] = {}
+    for side, decision in ((Side.PRIMARY, pair.primary), (Side.REFERENCE, pair.reference)):
+        if not decision.failures:  # the common case: nothing to name
+            continue
         for channel in decision.channels:
-            fixed[f"{_ANSWERS}{_SEP}{side.value}{_SEP}{channel}"] += 1
+            field = f"{_ANSWERS}{_SEP}{side.value}{_SEP}{channel}"
+            fixed[field] = fixed.get(field, 0) + 1
         for channel, tool in decision.failures:
-            names[f"{_SIGNATURE}{_SEP}{side.value}{_SEP}{channel}{_SEP}{tool}"] += 1
+            field = f"{_SIGNATURE}{_SEP}{side.value}{_SEP}{channel}{_SEP}{tool}"
+            names[field] = names.get(field, 0) + 1
     agreement = pair.arguments
     if agreement is not None:
-        fixed[ARGS_COMPARED] += agreement.compared
-        fixed[ARGS_EQUAL] += agreement.equal
+        fixed[ARGS_COMPARED] = agreement.compared
+        fixed[ARGS_EQUAL] = agreement.equal
         for key, count in agreement.differing_keys.items():
-            names[f"{_ARG_KEY}{_SEP}{key}"] += count
-    return dict(fixed), dict(names)
+            field = f"{_ARG_KEY}{_SEP}{key}"
+            names[field] = names.get(field, 0) + count
+    return fixed, names
 
 
 def outcome_field(outcome: Outcome) -> str:
     """The tally field counting pairs of one outcome."""
     return f"{_OUTCOME}{_SEP}{outcome.value}"
+
+
+_OUTCOME_FIELDS: Final = {o: outcome_field(o) for o in Outcome}
 
 
 def error_field(kind: str) -> str:

@@ -28,7 +28,14 @@ from proxy.guard.toolcheck import validate
 from proxy.metrics import Metrics
 from proxy.session.sqlite_store import SqliteStore
 from proxy.session.stores import MemoryStore, SessionStore
-from proxy.shadow import Shadow, ShadowLog, ShadowRequest, open_shadow, reference_upstream
+from proxy.shadow import (
+    FLUSH_SECONDS,
+    Shadow,
+    ShadowLog,
+    ShadowRequest,
+    open_shadow,
+    reference_upstream,
+)
 from proxy.shadowstats import Decision
 from proxy.testing import (
     Fault,
@@ -259,29 +266,51 @@ async def test_close_cancels_what_is_in_flight_and_leaves_no_task(
     assert len(asyncio.all_tasks()) == before
 
 
+@pytest.fixture
+async def replica_stores(
+    closing: list[Shadow], tmp_path: Path
+) -> AsyncIterator[tuple[SqliteStore, SqliteStore]]:
+    """Two replicas' stores on one SQLite file; the shadows are closed before the stores."""
+    stores = (SqliteStore(tmp_path / "s.db"), SqliteStore(tmp_path / "s.db"))
+    yield stores
+    for shadow in closing:
+        await shadow.close()
+    closing.clear()
+    for store in stores:
+        await store.close()
+
+
 async def test_two_replicas_on_one_store_show_the_same_figures(
-    reference: Reference, closing: list[Shadow], tmp_path: Path
+    reference: Reference, closing: list[Shadow], replica_stores: tuple[SqliteStore, SqliteStore]
 ) -> None:
     reference.script.push(VALID)
-    stores = [SqliteStore(tmp_path / "s.db"), SqliteStore(tmp_path / "s.db")]
-    try:
-        a, _, _ = make_shadow(reference, closing, store=stores[0])
-        b, _, _ = make_shadow(reference, closing, store=stores[1])
-        for i in range(3):
-            a.submit(request(HALLUCINATED, session=f"a{i}"))
-        b.submit(request(VALID, session="b"))
-        await a.drain()
-        await b.drain()
-        first, second = await a.stats(), await b.stats()
-        assert first["data"] == second["data"]
-        assert first["data"][0]["pairs"] == 4
-        assert first["data"][0]["outcomes"]["primary_only"] == 3
-    finally:
-        for shadow in closing:
-            await shadow.close()
-        closing.clear()
-        for store in stores:
-            await store.close()
+    a, _, _ = make_shadow(reference, closing, store=replica_stores[0])
+    b, _, _ = make_shadow(reference, closing, store=replica_stores[1])
+    for i in range(3):
+        a.submit(request(HALLUCINATED, session=f"a{i}"))
+    b.submit(request(VALID, session="b"))
+    await a.drain()
+    await b.drain()
+    first, second = await a.stats(), await b.stats()
+    assert first["data"] == second["data"]
+    assert first["data"][0]["pairs"] == 4
+    assert first["data"][0]["outcomes"]["primary_only"] == 3
+
+
+async def test_a_replica_writes_its_counts_to_the_store_without_being_read(
+    reference: Reference, closing: list[Shadow], replica_stores: tuple[SqliteStore, SqliteStore]
+) -> None:
+    # Counts are written in batches; the writing replica never reads or drains here, so only
+    # its timer can bring the pair and the drop to the store the other replica reads.
+    reference.script.push(Fault(200, VALID, delay=0.2))
+    a, _, _ = make_shadow(reference, closing, store=replica_stores[0], max_in_flight=1)
+    b, _, _ = make_shadow(reference, closing, store=replica_stores[1])
+    assert a.submit(request(HALLUCINATED, session="a0"))
+    assert not a.submit(request(VALID, session="a1"))  # dropped: one in flight at most
+    await asyncio.sleep(0.2 + FLUSH_SECONDS * 4)  # the answer, then a batch's wait
+    assert a.in_flight == 0
+    (entry,) = (await b.stats())["data"]
+    assert (entry["pairs"], entry["dropped"], entry["outcomes"]["primary_only"]) == (1, 1, 1)
 
 
 async def test_the_models_filter_and_the_sample_decide_what_is_shadowed(
@@ -294,12 +323,18 @@ async def test_the_models_filter_and_the_sample_decide_what_is_shadowed(
     assert not none.wants("gemma-int4", "any")
 
 
-def test_the_log_is_rotated_by_size_and_every_line_is_whole_json(tmp_path: Path) -> None:
-    path = tmp_path / "shadow.jsonl"
-    log = ShadowLog(path, max_bytes=2048, backups=2)
-    for i in range(200):
+def write_log(path: Path, *, backups: int, lines: int = 200) -> ShadowLog:
+    """A 2 KiB shadow log at `path` given `lines` numbered lines (field `i`), then closed."""
+    log = ShadowLog(path, max_bytes=2048, backups=backups)
+    for i in range(lines):
         log.write({"event": "pair", "i": i, "pad": "x" * 40})
     log.close()
+    return log
+
+
+def test_the_log_is_rotated_by_size_and_every_line_is_whole_json(tmp_path: Path) -> None:
+    path = tmp_path / "shadow.jsonl"
+    write_log(path, backups=2)
     files = sorted(tmp_path.iterdir())
     assert [f.name for f in files] == ["shadow.jsonl", "shadow.jsonl.1", "shadow.jsonl.2"]
     for f in files:
@@ -308,6 +343,16 @@ def test_the_log_is_rotated_by_size_and_every_line_is_whole_json(tmp_path: Path)
             assert orjson.loads(line)["event"] == "pair"
     newest = [orjson.loads(x)["i"] for x in path.read_text().splitlines()]
     assert newest[-1] == 199
+
+
+def test_a_log_without_backups_is_emptied_at_its_size(tmp_path: Path) -> None:
+    path = tmp_path / "shadow.jsonl"
+    log = write_log(path, backups=0)
+    assert [f.name for f in tmp_path.iterdir()] == ["shadow.jsonl"]
+    assert path.stat().st_size <= 2048
+    newest = [orjson.loads(x)["i"] for x in path.read_text().splitlines()]
+    assert newest == list(range(newest[0], 200))  # the newest lines, whole and in order
+    assert log.lost == 0
 
 
 def test_shadow_settings_come_from_yaml_environment_and_flags(
