@@ -217,21 +217,16 @@ class Pipeline:
 
     async def _claim_tool_errors(self, session: str, view: TurnView) -> int:
         prefix = self.settings.tool_error_prefix
-        ids = list(
-            dict.fromkeys(
-                result.call_id
-                for result in view.tool_results
-                if result.call_id
-                and (
-                    result.is_error
-                    if result.is_error is not None
-                    else result.text.startswith(prefix)
-                )
-            )
-        )
+        ids: dict[str, None] = {}  # in order, once each
+        for result in view.tool_results:
+            if not result.call_id:
+                continue
+            failed = result.is_error
+            if failed if failed is not None else result.text.startswith(prefix):
+                ids[result.call_id] = None
         if not ids:
             return 0
-        return len(await self.store.claim_call_ids(session, ids, now=time.time()))
+        return len(await self.store.claim_call_ids(session, list(ids), now=time.time()))
 
     def _overrides(self, headers: Mapping[str, str]) -> tuple[ErrorBudget, RepairMode]:
         max_errors = self.settings.max_errors
