@@ -5,7 +5,7 @@ Anthropic `thinking` block).
 The formats are the registry of `proxy.guard.leakformats`, one for each tool-call parser of the
 pinned vLLM; `LeakedCall.format` names the one a call was written in. A text without any marker
 costs at most one substring test per marker family, and an answer without `<` or `[` three in all
-(`<`, `[`, `to=`). Prose that mentions a marker is not a call: a marker
+(`<`, `[`, `to=`, made in one pass of C calls). Prose that mentions a marker is not a call: a marker
 must be followed by a call body, and a whole-text JSON or Python call list must hold nothing but
 calls. A marker that ends the text is a call cut off (`complete=False`).
 """
@@ -52,6 +52,14 @@ _PLAN: Final = tuple(
 )
 
 
+# A text holding none of these holds no marker: every marker holds its gate, or its family where
+# no gate covers it. Screened in C, once per text (most answers are prose).
+_SCREEN: Final = (
+    *(gate for gate, _ in _PLAN if gate is not None),
+    *(family for gate, families in _PLAN if gate is None for family, _ in families),
+)
+
+
 def find_leaked_calls(content: str | None) -> list[LeakedCall]:
     """Every tool call written into an answer's text, in order of appearance.
 
@@ -82,6 +90,8 @@ def find_leaked_calls_in_reasoning(reasoning: str | None) -> list[LeakedCall]:
 
 
 def _marked(text: str) -> list[LeakedCall]:
+    if not any(map(text.__contains__, _SCREEN)):
+        return []
     due: dict[LeakFormat, None] = {}
     for gate, families in _PLAN:
         if gate is not None and gate not in text:

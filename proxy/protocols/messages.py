@@ -17,10 +17,12 @@ after the summary comment, `message_stop`. Errors are Anthropic's shape.
 from __future__ import annotations
 
 import json
+import operator
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, Final
 
 import orjson
@@ -53,6 +55,12 @@ _THINKING: Final = frozenset({"thinking", "redacted_thinking"})
 # error_budget_exhausted, are kept: they say what happened).
 _ERROR_TYPES: Final = {"internal_error": "api_error"}
 _STATUS_OF_TYPE: Final = {kind: status for status, kind in wire.ERROR_TYPES.items()}
+# Every request resends the whole conversation, so its blocks are walked on every request: these
+# feed `dict.get` over a block list in C (`map(_GET, blocks, _TYPE)`), which raises TypeError
+# when a block is not an object.
+_TYPE: Final = repeat("type")
+_TEXT: Final = repeat("text")
+_GET: Final[Callable[[Any, str], Any]] = dict.get
 
 
 class MessagesProtocol(Adapter):
@@ -232,6 +240,11 @@ def tool_results(messages: Sequence[Any]) -> list[ToolResult]:
         content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(content, list):
             continue
+        try:
+            if "tool_result" not in map(_GET, content, _TYPE):
+                continue
+        except TypeError:
+            pass  # a block that is not an object: the walk below skips it
         for block in content:
             if not isinstance(block, dict) or block.get("type") != "tool_result":
                 continue
@@ -249,6 +262,11 @@ def _blocks_text(content: object) -> str:
         return content
     if not isinstance(content, list):
         return content_text(content)
+    try:  # the usual case, in C: every block a text block whose text is a string
+        if all(map(operator.eq, map(_GET, content, _TYPE), _TEXT)):
+            return "".join(map(_GET, content, _TEXT))
+    except TypeError:  # a block that is not an object, or a text that is not a string
+        pass
     pieces = []
     for block in content:
         if isinstance(block, dict) and block.get("type") == "text":

@@ -633,10 +633,10 @@ def output_items(message: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def finish_of(response: Mapping[str, Any], message: Mapping[str, Any]) -> str:
     """The guard's finish for a response: `length` when it stopped at `max_output_tokens`."""
-    details = response.get("incomplete_details")
-    stopped = isinstance(details, dict) and details.get("reason") == "max_output_tokens"
-    if response.get("status") == "incomplete" and stopped:
-        return "length"
+    if response.get("status") == "incomplete":
+        details = response.get("incomplete_details")
+        if isinstance(details, dict) and details.get("reason") == "max_output_tokens":
+            return "length"
     return "tool_calls" if message.get("tool_calls") else "stop"
 
 

@@ -196,3 +196,12 @@ def test_any_prefix_of_a_hermes_call_is_found_and_only_the_whole_call_is_complet
     assert (complete.name, complete.arguments, complete.complete) == (name, arguments, True)
     prefix = whole[: max(len("<tool_call>"), len(whole) - cut)]
     assert [c.complete for c in find_leaked_calls(prefix)] == [False]
+
+
+def test_every_marker_holds_a_screened_string_so_the_screen_never_hides_a_call() -> None:
+    from proxy.guard.leakformats import FORMATS
+    from proxy.guard.leaks import _SCREEN
+
+    markers = [(f.name, m) for f in FORMATS if not f.bare for m in f.markers]
+    assert markers
+    assert [(name, m) for name, m in markers if not any(s in m for s in _SCREEN)] == []

@@ -145,16 +145,44 @@ def test_the_session_inside_a_user_id_is_read_as_pythons_json_parser_reads_it(
 
 def test_the_fingerprint_reads_text_blocks_as_content_text_does() -> None:
     odd = {"type": "text", "text": 7}  # not a string: its canonical JSON, as content_text has it
+    s1, s2, u = ({"type": "text", "text": t} for t in ("S1", "S2", "U"))
+    odd_text = content_text([odd])
+    for system, user, expected in [
+        ([s1, s2], [u], ("S1S2", "U")),
+        ([s1, odd], [odd, u], ("S1" + odd_text, odd_text + "U")),
+        ([s1, {"type": "image"}, odd], [odd, "stray", u], ("S1" + odd_text, odd_text + "U")),
+        ([], [], ("", "")),
+    ]:
+        body = {
+            **BODY,
+            "system": system,
+            "messages": [
+                {"role": "assistant", "content": "before the user"},
+                {"role": "user", "content": user},
+            ],
+        }
+        assert PROTOCOL.view(body, None).hints.fingerprint == ("m", *expected)
+
+
+def test_tool_results_are_found_beside_blocks_that_are_not_objects() -> None:
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "t1",
+        "content": [{"type": "text", "text": "E"}],
+    }
     body = {
         **BODY,
-        "system": [{"type": "text", "text": "S1"}, {"type": "image"}, odd],
         "messages": [
-            {"role": "assistant", "content": "before the user"},
-            {"role": "user", "content": [odd, "stray", {"type": "text", "text": "U"}]},
+            {"role": "user", "content": ["stray", result]},
+            {"role": "user", "content": [{"type": "text", "text": "no result"}, 3]},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "x"}, {**result, "tool_use_id": "t2"}],
+            },
         ],
     }
-    expected = content_text([odd])
-    assert PROTOCOL.view(body, None).hints.fingerprint == ("m", "S1" + expected, expected + "U")
+    view = PROTOCOL.view(body, None)
+    assert [(r.call_id, r.text) for r in view.tool_results] == [("t1", "E"), ("t2", "E")]
 
 
 def test_a_reask_continues_with_the_answer_and_error_tool_results_in_messages_form() -> None:
