@@ -174,7 +174,7 @@ def fingerprint_of(model: str, system: str, user: str) -> str:
     found = FINGERPRINT_PREFIX + _short_hash(text)
     if len(model) + len(system) + len(user) <= _MAX_REMEMBERED_CHARS:
         if len(_fingerprints) >= _MAX_REMEMBERED:
-            del _fingerprints[next(iter(_fingerprints))]  # the oldest remembered first
+            _fingerprints.pop(next(iter(_fingerprints)), None)  # the oldest remembered first
         _fingerprints[key] = found
     return found
 

@@ -194,6 +194,15 @@ def test_the_fingerprint_hashes_the_json_of_model_system_and_user(
     assert fingerprint_of(model, system, user) == expected
 
 
+def test_more_openings_than_are_remembered_keep_their_fingerprints() -> None:
+    def expected(system: str) -> str:
+        return "fp-" + hashlib.sha256(json.dumps(["m", system, "u"]).encode()).hexdigest()[:16]
+
+    openings = [f"You are agent {i}." for i in range(600)]
+    for _ in range(2):
+        assert [fingerprint_of("m", s, "u") for s in openings] == [expected(s) for s in openings]
+
+
 def test_long_openings_are_fingerprinted_without_being_remembered() -> None:
     system = "You are a retail agent. " * 2000
     first = fingerprint(make_body(system=system))
