@@ -34,7 +34,7 @@ import contextvars
 import os
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -79,6 +79,8 @@ INDEX_KEY: Final = "shadow:index"
 _LOG_QUEUE: Final = 10_000
 _LOG_POLL_SECONDS: Final = 0.05
 FLUSH_SECONDS: Final = 0.25
+_PRIMARY: Final = Side.PRIMARY.value
+_REFERENCE: Final = Side.REFERENCE.value
 
 Judge = Callable[[Any], Decision]
 """The reference's reply (parsed JSON) → its decision: the protocol's adapter and the guard,
@@ -281,7 +283,12 @@ class Shadow:
         self._log = log
         self._clock = clock
         self._models = frozenset(config.models)
-        self._tasks: set[asyncio.Task[None]] = set()
+        # The shadow requests in flight and their deadlines, in the order they started: all
+        # have the same timeout, so the first is the next to expire. One timer (`_watch`) waits
+        # for it, where an `asyncio.timeout` per request would arm and cancel one each.
+        self._tasks: dict[asyncio.Task[None], float] = {}
+        self._overdue: set[asyncio.Task[None]] = set()
+        self._watch: asyncio.TimerHandle | None = None
         # What this process counted since its last store write, per pair key (see the module
         # doc); `_flushing` is the write under way (the timer's, or a reader's), one at a time.
         self._pending: dict[str, _Pending] = {}
@@ -326,23 +333,43 @@ class Shadow:
         trace = context.run(CURRENT_TRACE.get)
         if trace is not None:  # its try is a span of its own kind under the request's
             context.run(CURRENT_TRACE.set, trace.beside("shadow"))
-        self._start(self._run(request), context)
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._run(request), context=context)
+        deadline = self._tasks[task] = loop.time() + self.config.timeout
+        task.add_done_callback(self._finished)
+        if self._watch is None:
+            self._watch = loop.call_at(deadline, self._expire)
         return True
 
-    def _start(
-        self, work: Coroutine[Any, Any, None], context: contextvars.Context | None = None
-    ) -> None:
-        task = asyncio.get_running_loop().create_task(work, context=context)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        del self._tasks[task]
+        self._overdue.discard(task)
+
+    def _expire(self) -> None:
+        """Cancel the shadow requests past their deadline, then wait for the next deadline."""
+        self._watch = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for task, deadline in self._tasks.items():  # a task leaves the dict when done, later
+            if deadline > now:
+                self._watch = loop.call_at(deadline, self._expire)
+                return
+            if task not in self._overdue:
+                self._overdue.add(task)
+                task.cancel()
 
     async def _run(self, request: ShadowRequest) -> None:
         try:
             decision, reply = await self._ask_reference(request)
         except _ReferenceFailed as failed:
-            self._inc(self._metrics.errors, request.model, failed.kind, request.api)
-            self._write_log(request, {"event": "error", "kind": failed.kind})
-            self._count(request.model, {error_field(failed.kind): 1})
+            self._failed(request, failed.kind)
+            return
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is None or task not in self._overdue:  # closing
+                raise
+            task.uncancel()
+            self._failed(request, "timeout")
             return
         pair = Pair.between(request.primary, decision)
         self._count_metrics(request, pair)
@@ -351,17 +378,21 @@ class Shadow:
         if self._log is not None:
             self._write_log(request, {"event": "pair", **pair.to_log()}, reference_body=reply)
 
+    def _failed(self, request: ShadowRequest, kind: str) -> None:
+        self._inc(self._metrics.errors, request.model, kind, request.api)
+        self._write_log(request, {"event": "error", "kind": kind})
+        self._count(request.model, {error_field(kind): 1})
+
     async def _ask_reference(self, request: ShadowRequest) -> tuple[Decision, Any]:
         body = dict(request.body)
         body["stream"] = False
         body.pop("stream_options", None)
         if self.reference_model is not None:
             body["model"] = self.reference_model
-        try:
-            async with asyncio.timeout(self.config.timeout):
-                response = await self.reference.request(
-                    "POST", request.path, body=orjson.dumps(body), headers=request.headers
-                )
+        try:  # within the timeout: `_expire` cancels a request past its deadline
+            response = await self.reference.request(
+                "POST", request.path, body=orjson.dumps(body), headers=request.headers
+            )
         except (TimeoutError, UpstreamTimeoutError) as exc:
             raise _ReferenceFailed("timeout") from exc
         except UpstreamConnectError as exc:
@@ -378,10 +409,10 @@ class Shadow:
 
     def _count_metrics(self, request: ShadowRequest, pair: Pair) -> None:
         m, api = request.model, request.api
-        self._inc(self._metrics.pairs, m, pair.outcome.value, api)
-        for side, decision in ((Side.PRIMARY, pair.primary), (Side.REFERENCE, pair.reference)):
+        self._inc(self._metrics.pairs, m, pair.outcome, api)
+        for side, decision in ((_PRIMARY, pair.primary), (_REFERENCE, pair.reference)):
             for channel in decision.channels:
-                self._inc(self._metrics.failures, m, side.value, channel, api)
+                self._inc(self._metrics.failures, m, side, channel, api)
 
     def _inc(self, family: Any, model: str, *labels: str, by: int = 1) -> None:
         """Add `by` to `family{model, reference, *labels}`; each child is looked up once."""
@@ -480,7 +511,10 @@ class Shadow:
         await self.flush()
 
     async def close(self) -> None:
-        """Cancel what is in flight, send the last drops, close the reference and the log."""
+        """Cancel what is in flight, write the last counts, close the reference and the log."""
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)

@@ -231,6 +231,34 @@ async def test_a_failing_reference_is_counted_by_kind_and_asked_once(
     assert entry["pairs"] == 0
 
 
+async def test_a_reference_client_slower_to_give_up_is_cut_off_at_the_shadows_timeout(
+    reference: Reference, closing: list[Shadow]
+) -> None:
+    # The reference's own client would wait 30 s for the 3 s answer; the shadow's timeout
+    # (0.3 s) ends the request first, and it is counted as a timeout, not as a pair.
+    reference.script.push(Fault(200, VALID, delay=3.0))
+    config = ShadowConfig(reference="bf16", sample=1.0, timeout=0.3)
+    patient = reference_upstream(
+        reference.entry, config.model_copy(update={"timeout": 30.0}), api_key=None
+    )
+    metrics = Metrics()
+    shadow = Shadow(
+        config,
+        patient,
+        reference_name="bf16",
+        reference_model=None,
+        metrics=metrics,
+        store=MemoryStore(),
+    )
+    closing.append(shadow)
+    assert shadow.submit(request(VALID))
+    await shadow.drain()
+    labels = {"model": "gemma-int4", "reference": "bf16", "api": "chat"}
+    assert metric(metrics, "toolsentry_shadow_errors_total", kind="timeout", **labels) == 1
+    (entry,) = (await shadow.stats())["data"]
+    assert (entry["errors"], entry["pairs"]) == ({"timeout": 1}, 0)
+
+
 async def test_a_reference_that_refuses_connections_is_a_connect_error(
     closing: list[Shadow], refused_port: int
 ) -> None:
