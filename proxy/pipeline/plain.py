@@ -6,6 +6,7 @@ usage, the upstream's bytes go back as they are too.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ import orjson
 
 from proxy.errors import UpstreamError, status_of
 from proxy.pipeline.turn import Turn
+from proxy.protocols.base import Settled
 from proxy.tracing import CURRENT as CURRENT_TRACE
 from proxy.usage import sum_usage
 
@@ -54,9 +56,14 @@ async def complete(turn: Turn, *, raw: bytes | None = None) -> TurnResult:
     trace = CURRENT_TRACE.get()
     if trace is not None:
         trace.answered(reply.body)
-    settled = [await turn.settle(choice) for choice in reply.choices]
-    usages = [usage for done in settled for usage in done.usage]
-    changed = any(done.changed for done in settled)
+    settled: list[Settled] = []
+    usages: list[Mapping[str, Any]] = []
+    changed = False
+    for choice in reply.choices:  # nearly always one: a loop, not three comprehensions
+        done = await turn.settle(choice)
+        settled.append(done)
+        usages += done.usage
+        changed = changed or done.changed
     report = await turn.close(200)
     if not changed and not usages:
         return TurnResult(200, report.headers(), raw=response.body)
