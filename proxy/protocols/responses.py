@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from typing import Any, Final
 
 import orjson
@@ -49,6 +50,7 @@ _NOT_REASKED: Final = frozenset({"stream", "stream_options", "background"})
 _TERMINAL: Final = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _CALL_TYPES: Final = frozenset({"function_call", "custom_tool_call"})
 _NOT_ACTIONS: Final = frozenset({"message", "reasoning", "function_call"})
+_DICT: Final = repeat(dict)  # `map(isinstance, items, _DICT)`: every item checked in C
 _REASONING_DELTAS: Final = {
     "response.reasoning_text.delta": "content",
     "response.reasoning_summary_text.delta": "summary",
@@ -100,11 +102,10 @@ class ResponsesProtocol(Adapter):
             raise UpstreamProtocolError(
                 f"upstream '{upstream}' answered 200 with a body that is not a response"
             )
-        for item in output:
-            if not isinstance(item, dict):
-                raise UpstreamProtocolError(
-                    f"upstream '{upstream}' sent an output item that is not an object"
-                )
+        if not all(map(isinstance, output, _DICT)):
+            raise UpstreamProtocolError(
+                f"upstream '{upstream}' sent an output item that is not an object"
+            )
         if data.get("status") == "failed":
             raise _failed(data, upstream)
         response_id = data.get("id")

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.errors import BadRequestError
+from proxy.errors import BadRequestError, UpstreamProtocolError
 from proxy.guard.toolcheck import validate
 from proxy.protocols.responses import (
     ITEMS,
@@ -195,3 +195,20 @@ def test_a_streams_reasoning_deltas_pass_at_once_and_are_scanned_where_its_items
     (choice,) = assembly.take_finished()
     assert choice.message["reasoning"] == "I think. " + LEAK
     assert leaks_in_reasoning(choice.message) == [("leaked_tool_call", True, "hermes")]
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"output": [call_item("get", "c1"), "stray"]}, "output item that is not an object"),
+        ({"output": [[call_item("get", "c1")]]}, "output item that is not an object"),
+        ({"output": None}, "not a response"),
+        (["not", "a", "body"], "not a response"),
+    ],
+)
+def test_an_answer_that_is_not_a_response_is_the_upstreams_protocol_error(
+    body: Any, says: str
+) -> None:
+    with pytest.raises(UpstreamProtocolError, match=f"upstream 'up'.*{says}"):
+        PROTOCOL.read(body, "up")
+    assert PROTOCOL.read({"output": [call_item("get", "c1")]}, "up").choices
