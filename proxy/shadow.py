@@ -13,10 +13,11 @@ pair is counted three ways — Prometheus (`toolsentry_shadow_*`), the session s
 `GET /v1/stats/shadow` shows, the same from every worker and replica) and, when configured, the
 shadow log (JSONL, written by a thread of its own, rotated by size).
 
-The store is not written per pair: each process adds its counts up in memory and writes them in
-one batch every `FLUSH_SECONDS` (three store calls per batch, not per pair). A process flushes
-what it holds before it reads (`stats`), when drained and when closed, so its own figures are
-exact at once and another worker's or replica's within `FLUSH_SECONDS`.
+The store and the metrics are not written per pair: each process adds its counts up in memory
+and writes them in one batch every `FLUSH_SECONDS` (three store calls and one increment per
+metric child per batch, not per pair). A process flushes what it holds before it reads
+(`stats`), when drained and when closed, so its own figures are exact at once, and another
+worker's or replica's, and a scrape of the metrics, within `FLUSH_SECONDS`.
 
 Counts in the store, per (model, reference):
     shadow:index                      field "{model}|{reference}" -> pairs (which pairs exist)
@@ -295,6 +296,8 @@ class Shadow:
         self._timer: asyncio.TimerHandle | None = None
         self._flushing = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
+        # Metric increments go with the same batch: added up here, applied by `flush`.
+        self._increments: dict[tuple[Any, ...], int] = {}
         self._children: dict[tuple[Any, ...], Any] = {}
         self._log_events = get_logger()
 
@@ -414,13 +417,23 @@ class Shadow:
             for channel in decision.channels:
                 self._inc(self._metrics.failures, m, side, channel, api)
 
-    def _inc(self, family: Any, model: str, *labels: str, by: int = 1) -> None:
-        """Add `by` to `family{model, reference, *labels}`; each child is looked up once."""
+    def _inc(self, family: Any, model: str, *labels: str) -> None:
+        """Add one to `family{model, reference, *labels}` with the next batch (every event that
+        counts one also sets the batch's timer, through `_count`)."""
+        key = (family, model, *labels)
+        self._increments[key] = self._increments.get(key, 0) + 1
+
+    def _apply_increments(self) -> None:
+        increments, self._increments = self._increments, {}
+        for key, by in increments.items():
+            self._child(*key).inc(by)
+
+    def _child(self, family: Any, model: str, *labels: str) -> Any:
         key = (family, model, *labels)
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = family.labels(model, self.reference_name, *labels)
-        child.inc(by)
+        return child
 
     def _count(
         self, model: str, fixed: Mapping[str, int], names: Mapping[str, int] | None = None
@@ -446,6 +459,7 @@ class Shadow:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+            self._apply_increments()
             pending, self._pending = self._pending, {}
             for key, counts in pending.items():
                 try:
@@ -461,7 +475,7 @@ class Shadow:
                     # The figures in the store miss these events; the metrics and the log have
                     # them. One error per event missed, as if each had been written alone.
                     model = key.rpartition("|")[0]
-                    self._inc(self._metrics.errors, model, "store", "", by=counts.events)
+                    self._child(self._metrics.errors, model, "store", "").inc(counts.events)
                     self._log_events.warning(
                         "shadow_store_failed", error=str(exc), events=counts.events
                     )

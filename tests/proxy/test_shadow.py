@@ -325,18 +325,21 @@ async def test_two_replicas_on_one_store_show_the_same_figures(
     assert first["data"][0]["outcomes"]["primary_only"] == 3
 
 
-async def test_a_replica_writes_its_counts_to_the_store_without_being_read(
+async def test_a_replica_writes_its_counts_and_metrics_without_being_read(
     reference: Reference, closing: list[Shadow], replica_stores: tuple[SqliteStore, SqliteStore]
 ) -> None:
     # Counts are written in batches; the writing replica never reads or drains here, so only
     # its timer can bring the pair and the drop to the store the other replica reads.
     reference.script.push(Fault(200, VALID, delay=0.2))
-    a, _, _ = make_shadow(reference, closing, store=replica_stores[0], max_in_flight=1)
+    a, metrics, _ = make_shadow(reference, closing, store=replica_stores[0], max_in_flight=1)
     b, _, _ = make_shadow(reference, closing, store=replica_stores[1])
     assert a.submit(request(HALLUCINATED, session="a0"))
     assert not a.submit(request(VALID, session="a1"))  # dropped: one in flight at most
     await asyncio.sleep(0.2 + FLUSH_SECONDS * 4)  # the answer, then a batch's wait
     assert a.in_flight == 0
+    labels = {"model": "gemma-int4", "reference": "bf16", "api": "chat"}
+    assert metric(metrics, "toolsentry_shadow_dropped_total", **labels) == 1  # a scrape sees it
+    assert metric(metrics, "toolsentry_shadow_pairs_total", outcome="primary_only", **labels) == 1
     (entry,) = (await b.stats())["data"]
     assert (entry["pairs"], entry["dropped"], entry["outcomes"]["primary_only"]) == (1, 1, 1)
 
