@@ -34,7 +34,7 @@ from proxy.session import open_store
 from proxy.session.stores import SessionStore
 from proxy.shadow import open_shadow
 from proxy.tracing import Tracing, TracingConfig
-from proxy.upstream import AiohttpUpstream, Router, Upstream
+from proxy.upstream import HttpUpstream, Router, Upstream
 
 _GC_YOUNG_THRESHOLD = 50_000
 CHAT_ROUTE = "/v1/chat/completions"
@@ -182,7 +182,7 @@ def create_app(
             )
         env = dict(environ or {})
         upstreams = [
-            AiohttpUpstream(u, api_key=settings.upstream_api_key(u, env), retries=settings.retries)
+            HttpUpstream(u, api_key=settings.upstream_api_key(u, env), retries=settings.retries)
             for u in settings.upstreams
         ]
     configs = settings.upstreams or []

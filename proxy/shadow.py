@@ -72,7 +72,7 @@ from proxy.shadowstats import (
     skip_reason,
 )
 from proxy.tracing import CURRENT as CURRENT_TRACE
-from proxy.upstream import AiohttpUpstream, Upstream
+from proxy.upstream import HttpUpstream, Upstream
 
 MAX_NAMES: Final = 2000
 MAX_MODEL_PAIRS: Final = 64
@@ -153,13 +153,13 @@ def check_shadow(settings: Settings) -> UpstreamConfig | None:
 
 def reference_upstream(
     reference: UpstreamConfig, config: ShadowConfig, *, api_key: str | None
-) -> AiohttpUpstream:
+) -> HttpUpstream:
     """A client of its own for the reference: its own connection pool (never the hot path's),
     the shadow's timeout, no retries."""
     dedicated = reference.model_copy(
         update={"timeout": config.timeout, "max_connections": config.max_in_flight}
     )
-    return AiohttpUpstream(dedicated, api_key=api_key, retries=0)
+    return HttpUpstream(dedicated, api_key=api_key, retries=0)
 
 
 class ShadowLog:

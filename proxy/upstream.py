@@ -1,21 +1,22 @@
-"""Upstream clients: one pooled aiohttp session per upstream, routing by model, and retries.
+"""Upstream clients: one pool of keep-alive connections per upstream, routing by model, retries.
 
-aiohttp was chosen by measurement on this project's machines: a bare pass-through added about
-0.4 ms and sustained about 5,000 requests/s with aiohttp, against 1.0 ms and 470 requests/s with
-httpx's pool at concurrency 32 (see bench/RESULTS.md). Every aiohttp exception is translated into
-an `Upstream*` error here and nowhere else.
+The connections are `proxy.http1`'s (HTTP/1.1 written in one call, answers parsed by httptools):
+measured on this project's machines, aiohttp's client cost about 140 µs of CPU per request against
+about 20 µs for that, most of the proxy's overhead at its rates (httpx's pool was slower still:
+bench/RESULTS.md). Every exception of the pool, the socket or the TLS layer is translated into an
+`Upstream*` error here and nowhere else.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-import aiohttp
 import orjson
 from tenacity import (
     AsyncRetrying,
@@ -35,6 +36,7 @@ from proxy.errors import (
     UpstreamStatusError,
     UpstreamTimeoutError,
 )
+from proxy.http1 import BrokenOff, ClosedEarly, Connection, Exchange, InvalidResponse, Origin, Pool
 from proxy.tracing import CURRENT as CURRENT_TRACE
 from proxy.tracing import AttemptSpan
 
@@ -160,44 +162,41 @@ def chat_request_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return forwardable_headers(headers, also_drop=_CHAT_ONLY_DROPPED)
 
 
-class AiohttpUpstream:
-    """One upstream server behind a pooled aiohttp session, with retries before the first byte."""
+class HttpUpstream:
+    """One upstream server behind a pool of keep-alive HTTP/1.1 connections (`proxy.http1`), with
+    retries before the first byte."""
 
     def __init__(self, config: UpstreamConfig, *, api_key: str | None, retries: int) -> None:
         self.name = config.name
         self.config = config
         self._api_key = api_key
         self._retries = retries
-        self._session: aiohttp.ClientSession | None = None
-        self._urls: dict[str, URL] = {}
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=config.connect_timeout, sock_read=config.timeout
-        )
+        self._origin = Origin.of(config.base_url)
+        self._pool: Pool | None = None
+        self._urls: dict[str, tuple[str, str]] = {}
 
-    def _client(self) -> aiohttp.ClientSession:
-        # Created lazily so it binds to the running event loop of the server, not the importer's.
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
+    def pool(self) -> Pool:
+        """The connection pool, made on first use so it binds to the server's running loop."""
+        pool = self._pool
+        if pool is None or pool.closed:
+            pool = self._pool = Pool(
+                self._origin,
                 limit=self.config.max_connections,
-                keepalive_timeout=self.config.keepalive_timeout,
-                ttl_dns_cache=300,
+                keepalive=self.config.keepalive_timeout,
+                connect_timeout=self.config.connect_timeout,
+                read_timeout=self.config.timeout,
             )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=self._timeout,
-                auto_decompress=True,
-                json_serialize=lambda obj: orjson.dumps(obj).decode(),
-            )
-        return self._session
+        return pool
 
-    def _url(self, path: str) -> URL:
-        # Parsed once per path: aiohttp would parse and re-quote a str URL on every request.
-        url = self._urls.get(path)
-        if url is None:
+    def _url(self, path: str) -> tuple[str, str]:
+        # The URL and its request target (path and query, quoted), worked out once per path.
+        known = self._urls.get(path)
+        if known is None:
             url = URL(self._url_text(path))
+            known = (str(url), url.raw_path_qs)
             if len(self._urls) < _MAX_CACHED_URLS:  # raw pass-through paths come from clients
-                self._urls[path] = url
-        return url
+                self._urls[path] = known
+        return known
 
     def _url_text(self, path: str) -> str:
         # A path with a leading slash is relative to the server root (/tokenize, /health), any
@@ -209,13 +208,14 @@ class AiohttpUpstream:
 
     def _headers(self, headers: Mapping[str, str], has_body: bool) -> dict[str, str]:
         # Callers filter what may be forwarded (chat_request_headers, forwardable_headers) once
-        # per client request; a re-ask reuses it. The credential rule is kept here all the same.
-        out = dict(headers)
+        # per client request; a re-ask reuses it. The credential rule is kept here all the same,
+        # and so are the transport's own headers (the pool writes host and content-length).
+        out = dict(headers)  # names lower-case, as both filters give them
         out.pop("authorization", None)
+        out.pop("host", None)
+        out.pop("content-length", None)
         if has_body:
             out.setdefault("content-type", "application/json")
-        # The client's own, else the proxy's: aiohttp would add its own otherwise, and asking it
-        # to skip that (skip_auto_headers) costs a header-set copy on every request.
         out.setdefault("user-agent", USER_AGENT)
         if self._api_key:
             out["authorization"] = f"Bearer {self._api_key}"
@@ -263,28 +263,54 @@ class AiohttpUpstream:
                 return await send()
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
+    async def _send(
+        self, method: str, url: tuple[str, str], body: bytes | None, headers: dict[str, str]
+    ) -> tuple[Pool, Connection, Exchange]:
+        """One try up to the response's head (translated errors); the caller releases it."""
+        pool = self.pool()
+        connection, exchange = await pool.exchange(method, url[1], headers, body)
+        try:
+            await exchange.head()
+        except ClosedEarly:
+            if not connection.reused:
+                raise
+            # The server closed that idle connection as the request went out: nothing was
+            # answered, so the request goes once more, on a connection made for it.
+            connection, exchange = await pool.retry_fresh(
+                connection, exchange, method, url[1], headers, body
+            )
+            try:
+                await exchange.head()
+            except BaseException:
+                pool.release(connection, exchange)
+                raise
+        except BaseException:
+            pool.release(connection, exchange)
+            raise
+        return pool, connection, exchange
+
     async def _once(
-        self, method: str, url: URL, body: bytes | None, headers: dict[str, str]
+        self, method: str, url: tuple[str, str], body: bytes | None, headers: dict[str, str]
     ) -> UpstreamResponse:
         trace = CURRENT_TRACE.get()
         attempt: AttemptSpan | None = None
         if trace is not None:  # a span per try, and its traceparent for the upstream
             headers = dict(headers)
-            attempt = trace.upstream_try(self.name, str(url), headers)
+            attempt = trace.upstream_try(self.name, url[0], headers)
         start = time.perf_counter()
         try:
-            async with self._client().request(method, url, data=body, headers=headers) as resp:
-                data = await resp.read()
-                response = UpstreamResponse(
-                    resp.status,
-                    {k.lower(): v for k, v in resp.headers.items()},
-                    data,
-                    time.perf_counter() - start,
-                )
+            pool, connection, exchange = await self._send(method, url, body, headers)
+            try:
+                data = await exchange.read()
+            finally:
+                pool.release(connection, exchange)
         except Exception as exc:
             if attempt is not None:
                 attempt.finish(error=exc.__class__.__name__)
-            raise translate(exc, self.name, url) from exc
+            raise translate(exc, self.name, url[0]) from exc
+        response = UpstreamResponse(
+            exchange.status, exchange.headers, data, time.perf_counter() - start
+        )
         if attempt is not None:
             attempt.finish(status=response.status)
         if response.status in RETRYABLE_STATUS:
@@ -306,82 +332,83 @@ class AiohttpUpstream:
         """
         url = self._url(path)
         sent_headers = self._headers(headers, body is not None)
-        resp: aiohttp.ClientResponse | None = None
-        refused: UpstreamResponse | None = None
-        # The span of the try whose response is streamed stays open until the stream ends.
         opened_try: list[AttemptSpan] = []
+        held: tuple[Pool, Connection, Exchange] | None = None
         try:
-            resp = await self._attempts(
+            held = await self._attempts(
                 lambda: self._open(method, url, body, sent_headers, opened_try)
             )
         except _Retryable as exc:
             refused = exc.response
-        if refused is not None:
             opened = UpstreamStream(refused.status, refused.headers, _replay(refused.body))
         else:
-            assert resp is not None
-            resp_headers = {k.lower(): v for k, v in resp.headers.items()}
+            exchange = held[2]
             attempt = opened_try[-1] if opened_try else None
-            opened = UpstreamStream(resp.status, resp_headers, self._iter_body(resp, url, attempt))
+            opened = UpstreamStream(
+                exchange.status, exchange.headers, self._iter_body(exchange, url[0], attempt)
+            )
         try:
             yield opened
         finally:
             await opened.chunks.aclose()
-            if resp is not None:
-                resp.close()
+            if held is not None:
+                pool, connection, exchange = held
+                pool.release(connection, exchange)
                 if opened_try:
-                    opened_try[-1].finish(status=resp.status)
+                    opened_try[-1].finish(status=exchange.status)
 
     async def _open(
         self,
         method: str,
-        url: URL,
+        url: tuple[str, str],
         body: bytes | None,
         headers: dict[str, str],
         opened_try: list[AttemptSpan],
-    ) -> aiohttp.ClientResponse:
+    ) -> tuple[Pool, Connection, Exchange]:
         trace = CURRENT_TRACE.get()
         attempt: AttemptSpan | None = None
         if trace is not None:
             headers = dict(headers)
-            attempt = trace.upstream_try(self.name, str(url), headers)
+            attempt = trace.upstream_try(self.name, url[0], headers)
         start = time.perf_counter()
         try:
-            resp = await self._client().request(method, url, data=body, headers=headers)
-            if resp.status not in RETRYABLE_STATUS:
+            held = await self._send(method, url, body, headers)
+            pool, connection, exchange = held
+            if exchange.status not in RETRYABLE_STATUS:
                 if attempt is not None:
                     opened_try.append(attempt)
-                return resp
+                return held
             # A refusal's body is short; reading it returns the connection to the pool.
-            async with resp:
-                data = await resp.read()
+            try:
+                data = await exchange.read()
+            finally:
+                pool.release(connection, exchange)
         except Exception as exc:
             if attempt is not None:
                 attempt.finish(error=exc.__class__.__name__)
-            raise translate(exc, self.name, url) from exc
+            raise translate(exc, self.name, url[0]) from exc
         if attempt is not None:
-            attempt.finish(status=resp.status)
-        headers_in = {k.lower(): v for k, v in resp.headers.items()}
+            attempt.finish(status=exchange.status)
         raise _Retryable(
-            UpstreamResponse(resp.status, headers_in, data, time.perf_counter() - start)
+            UpstreamResponse(exchange.status, exchange.headers, data, time.perf_counter() - start)
         )
 
     async def _iter_body(
-        self, resp: aiohttp.ClientResponse, url: URL, attempt: AttemptSpan | None
+        self, exchange: Exchange, url: str, attempt: AttemptSpan | None
     ) -> AsyncGenerator[bytes, None]:
         try:
-            async for chunk in resp.content.iter_any():
+            async for chunk in exchange.chunks():
                 yield chunk
         except Exception as exc:
             if attempt is not None:  # the stream broke off: its try ends in that error
-                attempt.finish(status=resp.status, error=exc.__class__.__name__)
+                attempt.finish(status=exchange.status, error=exc.__class__.__name__)
             raise translate(exc, self.name, url) from exc
 
     async def close(self) -> None:
         """Close the pooled connections."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
 
 
 class _Retryable(Exception):
@@ -402,28 +429,12 @@ async def _replay(body: bytes) -> AsyncGenerator[bytes, None]:
 _TRANSLATIONS: tuple[
     tuple[type[BaseException] | tuple[type[BaseException], ...], type[UpstreamError], str], ...
 ] = (
-    ((asyncio.TimeoutError, aiohttp.ServerTimeoutError), UpstreamTimeoutError, "timed out"),
-    (aiohttp.ClientPayloadError, UpstreamProtocolError, "broke off its response"),
-    (
-        (
-            aiohttp.ClientResponseError,
-            aiohttp.InvalidURL,
-            aiohttp.RedirectClientError,
-            aiohttp.NonHttpUrlClientError,
-        ),
-        UpstreamProtocolError,
-        "sent an invalid response",
-    ),
-    (
-        (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError),
-        UpstreamConnectError,
-        "is unreachable",
-    ),
-    (
-        (aiohttp.ClientConnectionError, aiohttp.UploadAbortedError, OSError),
-        UpstreamConnectError,
-        "failed",
-    ),
+    (TimeoutError, UpstreamTimeoutError, "timed out"),
+    (BrokenOff, UpstreamProtocolError, "broke off its response"),
+    (InvalidResponse, UpstreamProtocolError, "sent an invalid response"),
+    (ClosedEarly, UpstreamConnectError, "closed the connection before answering"),
+    ((ConnectionError, socket.gaierror), UpstreamConnectError, "is unreachable"),
+    (OSError, UpstreamConnectError, "failed"),
 )
 
 
@@ -436,8 +447,8 @@ def error_class_for(exc_type: type[BaseException]) -> tuple[type[UpstreamError],
     return None
 
 
-def translate(exc: BaseException, upstream: str, url: str | URL) -> UpstreamError:
-    """Map an aiohttp (or asyncio, or socket) exception onto the proxy's Upstream* errors.
+def translate(exc: BaseException, upstream: str, url: str) -> UpstreamError:
+    """Map a connection pool's (or asyncio's, or a socket's) exception onto the proxy's Upstream* errors.
 
     The message names the upstream, the URL and the cause, so a client can act on it. Raises
     `exc` itself when it is none of those: a bug stays a bug, never an upstream error charged

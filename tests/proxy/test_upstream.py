@@ -3,6 +3,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import socket
+import ssl
 import threading
 from collections.abc import AsyncIterator
 
@@ -11,6 +13,7 @@ import aiohttp.web
 import orjson
 import pytest
 
+from proxy import http1
 from proxy.config import UpstreamConfig
 from proxy.errors import (
     NotFoundError,
@@ -22,7 +25,7 @@ from proxy.errors import (
 )
 from proxy.testing import SSE, Fault, LoopbackServer, ScriptedUpstream, unused_socket
 from proxy.upstream import (
-    AiohttpUpstream,
+    HttpUpstream,
     Router,
     UpstreamResponse,
     UpstreamStream,
@@ -39,17 +42,15 @@ def _config(
     return UpstreamConfig(name=name, base_url=url, models=models or [])
 
 
-def _upstreams(*configs: UpstreamConfig) -> tuple[list[AiohttpUpstream], list[UpstreamConfig]]:
-    return [AiohttpUpstream(c, api_key=None, retries=0) for c in configs], list(configs)
+def _upstreams(*configs: UpstreamConfig) -> tuple[list[HttpUpstream], list[UpstreamConfig]]:
+    return [HttpUpstream(c, api_key=None, retries=0) for c in configs], list(configs)
 
 
 @contextlib.asynccontextmanager
-async def _serving(script: ScriptedUpstream, retries: int = 0) -> AsyncIterator[AiohttpUpstream]:
+async def _serving(script: ScriptedUpstream, retries: int = 0) -> AsyncIterator[HttpUpstream]:
     """An upstream named 's' in front of `script` on a loopback server, closed on the way out."""
     with LoopbackServer(script.app) as server:
-        upstream = AiohttpUpstream(
-            _config("s", url=f"{server.url}/v1"), api_key=None, retries=retries
-        )
+        upstream = HttpUpstream(_config("s", url=f"{server.url}/v1"), api_key=None, retries=retries)
         try:
             yield upstream
         finally:
@@ -57,11 +58,11 @@ async def _serving(script: ScriptedUpstream, retries: int = 0) -> AsyncIterator[
 
 
 @contextlib.asynccontextmanager
-async def _unreachable() -> AsyncIterator[AiohttpUpstream]:
+async def _unreachable() -> AsyncIterator[HttpUpstream]:
     """An upstream named 'down', retried once, on a loopback port that refuses connections."""
     with unused_socket() as refusing:
         port = refusing.getsockname()[1]
-        upstream = AiohttpUpstream(
+        upstream = HttpUpstream(
             _config("down", url=f"http://127.0.0.1:{port}/v1"), api_key=None, retries=1
         )
         try:
@@ -112,29 +113,30 @@ def test_chat_request_headers_keep_the_clients_own_and_drop_transport_credential
     }
 
 
-def _aiohttp_client_errors() -> set[type[BaseException]]:
-    """Every client error class aiohttp defines, exported or not."""
-    found: set[type[BaseException]] = set()
-    pending: list[type[BaseException]] = [aiohttp.ClientError]
-    while pending:
-        for cls in pending.pop().__subclasses__():
-            if cls.__module__.startswith("aiohttp") and cls not in found:
-                found.add(cls)
-                pending.append(cls)
-    exported = {
-        obj
-        for name in dir(aiohttp)
-        if inspect.isclass(obj := getattr(aiohttp, name)) and issubclass(obj, aiohttp.ClientError)
+# What the pool and the sockets under it raise: the pool's own classes, and the OS's.
+_POOL_FAILURES: tuple[type[BaseException], ...] = (
+    *http1.ERRORS,
+    TimeoutError,
+    ConnectionRefusedError,
+    ConnectionResetError,
+    ConnectionAbortedError,
+    BrokenPipeError,
+    socket.gaierror,
+    ssl.SSLError,
+    ssl.SSLCertVerificationError,
+    OSError,
+)
+
+
+def test_every_failure_of_the_pool_maps_to_a_specific_upstream_error() -> None:
+    # The module's own classes are listed in http1.ERRORS; one it adds without a row here fails.
+    own = {
+        cls
+        for cls in vars(http1).values()
+        if inspect.isclass(cls) and issubclass(cls, Exception) and cls.__module__ == http1.__name__
     }
-    return found | (exported - {aiohttp.ClientError})
-
-
-def test_every_aiohttp_error_maps_to_a_specific_upstream_error() -> None:
-    # The mapping is complete when every error aiohttp's client raises has a row of its own; a
-    # class aiohttp adds later fails here until it is placed.
-    errors = _aiohttp_client_errors()
-    assert len(errors) > 20
-    for cls in errors:
+    assert own - {http1.ResponseError} == set(http1.ERRORS)
+    for cls in _POOL_FAILURES:
         mapped = error_class_for(cls)
         assert mapped is not None, cls
         assert mapped[0] is not UpstreamError, cls
@@ -152,9 +154,11 @@ def test_an_exception_that_is_not_a_network_failure_is_raised_as_it_is(bug: Exce
 
 def test_timeouts_connect_failures_and_broken_bodies_map_to_distinct_errors() -> None:
     assert isinstance(translate(TimeoutError(), "u", "x"), UpstreamTimeoutError)
-    assert isinstance(translate(aiohttp.ServerDisconnectedError(), "u", "x"), UpstreamConnectError)
-    assert isinstance(translate(aiohttp.ClientPayloadError("cut"), "u", "x"), UpstreamProtocolError)
-    assert "'u'" in translate(aiohttp.ServerDisconnectedError(), "u", "x").message
+    assert isinstance(translate(http1.ClosedEarly(), "u", "x"), UpstreamConnectError)
+    assert isinstance(translate(ConnectionRefusedError(), "u", "x"), UpstreamConnectError)
+    assert isinstance(translate(http1.BrokenOff("cut"), "u", "x"), UpstreamProtocolError)
+    assert isinstance(translate(http1.InvalidResponse("junk"), "u", "x"), UpstreamProtocolError)
+    assert "'u'" in translate(http1.ClosedEarly(), "u", "x").message
 
 
 async def test_retries_stop_and_hand_back_the_last_503() -> None:
@@ -244,9 +248,7 @@ async def test_a_stream_read_to_its_end_leaves_its_connection_in_the_pool() -> N
         for _ in range(3):
             async with upstream.stream("chat/completions", body=b"{}", headers={}) as stream:
                 await _read_all(stream)
-        connector = upstream._client().connector
-        assert connector is not None
-        pooled = sum(len(conns) for conns in connector._conns.values())  # type: ignore[attr-defined]
+        pooled = upstream.pool().idle
     assert pooled == 1
 
 
@@ -283,7 +285,7 @@ async def test_an_idle_pooled_connection_is_let_go_before_the_servers_keep_alive
     await site.start()
     port = runner.addresses[0][1]
     config = UpstreamConfig(name="s", base_url=f"http://127.0.0.1:{port}/v1", keepalive_timeout=0.2)
-    upstream = AiohttpUpstream(config, api_key=None, retries=0)
+    upstream = HttpUpstream(config, api_key=None, retries=0)
     try:
         ports = []
         for pause in (0.0, 0.0, 0.8):

@@ -1,0 +1,336 @@
+"""The upstream's HTTP/1.1 connections against real sockets: servers on loopback that answer with
+exactly the bytes a test scripts (keep-alive, gzip, silence, junk, a close at the worst moment)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import gzip
+import hashlib
+import ipaddress
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from proxy import http1
+from proxy.config import UpstreamConfig
+from proxy.errors import UpstreamConnectError, UpstreamProtocolError, UpstreamTimeoutError
+from proxy.upstream import HttpUpstream
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """One request's head and body (content-length framed); b"" when the client went away."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return b""
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return head + await reader.readexactly(length)
+
+
+def reply(body: bytes, *headers: str, status: str = "200 OK") -> bytes:
+    lines = [f"HTTP/1.1 {status}", *headers, f"content-length: {len(body)}", "", ""]
+    return "\r\n".join(lines).encode() + body
+
+
+class Server:
+    """A loopback TCP server running `handler` per connection; counts connections."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.open = 0
+        self.most_open = 0
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.open += 1
+        self.most_open = max(self.most_open, self.open)
+        try:
+            await self.handler(reader, writer)
+        finally:
+            self.open -= 1
+            writer.close()
+
+    @contextlib.asynccontextmanager
+    async def running(self, **config: float) -> AsyncIterator[HttpUpstream]:
+        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        upstream = HttpUpstream(
+            UpstreamConfig(name="s", base_url=f"http://127.0.0.1:{port}/v1", **config),  # type: ignore[arg-type]
+            api_key=None,
+            retries=0,
+        )
+        try:
+            yield upstream
+        finally:
+            await upstream.close()
+            server.close()
+            await server.wait_closed()
+
+
+async def test_a_gzip_body_is_decoded() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(reply(gzip.compress(b'{"ok":true}'), "content-encoding: gzip"))
+        await writer.drain()
+
+    async with Server(handler).running() as upstream:
+        response = await upstream.request("POST", "chat/completions", body=b"{}", headers={})
+    assert response.json() == {"ok": True}
+
+
+async def test_a_body_in_an_encoding_never_asked_for_is_an_invalid_response() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(reply(b"\x00\x01", "content-encoding: br"))
+        await writer.drain()
+
+    async with Server(handler).running() as upstream:
+        with pytest.raises(UpstreamProtocolError, match=r"'s' sent an invalid response.*'br'"):
+            await upstream.request("POST", "chat/completions", body=b"{}", headers={})
+
+
+async def test_a_reused_connection_closed_as_the_request_goes_out_is_replaced_once() -> None:
+    # The first connection answers one request, then closes on reading the second without a
+    # byte of answer: what a server does when its keep-alive ends just as a request arrives.
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        first = server.connections == 1
+        await read_request(reader)
+        writer.write(reply(b'{"n":1}'))
+        await writer.drain()
+        if first:
+            await read_request(reader)
+            return  # closed, unanswered
+        while await read_request(reader):
+            writer.write(reply(b'{"n":2}'))
+            await writer.drain()
+
+    server = Server(handler)
+    async with server.running() as upstream:
+        assert (await upstream.request("POST", "x", body=b"{}", headers={})).json() == {"n": 1}
+        assert (await upstream.request("POST", "x", body=b"{}", headers={})).json() == {"n": 1}
+        assert (await upstream.request("POST", "x", body=b"{}", headers={})).json() == {"n": 2}
+    assert server.connections == 2
+
+
+async def test_a_new_connection_closed_before_an_answer_is_not_sent_again() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)  # and close
+
+    server = Server(handler)
+    async with server.running() as upstream:
+        with pytest.raises(
+            UpstreamConnectError, match="'s' closed the connection before answering"
+        ):
+            await upstream.request("POST", "x", body=b"{}", headers={})
+    assert server.connections == 1
+
+
+async def test_a_silent_server_times_out_and_so_does_a_stream_that_goes_quiet() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await read_request(reader)
+        if b'"stream"' in request:
+            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n")
+            await writer.drain()
+        await asyncio.sleep(5)
+
+    async with Server(handler).running(timeout=0.3) as upstream:
+        with pytest.raises(UpstreamTimeoutError, match="'s' timed out"):
+            await upstream.request("POST", "x", body=b"{}", headers={})
+        async with upstream.stream("x", body=b'{"stream":true}', headers={}) as opened:
+            assert await anext(opened.chunks) == b"hello"
+            with pytest.raises(UpstreamTimeoutError, match="'s' timed out"):
+                await anext(opened.chunks)
+
+
+async def test_bytes_that_are_not_http_are_an_invalid_response() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"SMTP ready\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(1)
+
+    async with Server(handler).running() as upstream:
+        with pytest.raises(UpstreamProtocolError, match="'s' sent an invalid response"):
+            await upstream.request("POST", "x", body=b"{}", headers={})
+
+
+def test_a_header_with_a_line_break_is_refused_before_anything_is_written() -> None:
+    with pytest.raises(ValueError, match="'x-evil'"):
+        http1.encode_head("POST", "/v1/x", "h", {"x-evil": "1\r\nx-injected: 2"}, 2)
+    head = http1.encode_head("POST", "/v1/x", "h:8", {"x-a": "1"}, 2)
+    assert head == b"POST /v1/x HTTP/1.1\r\nhost: h:8\r\nx-a: 1\r\ncontent-length: 2\r\n\r\n"
+
+
+async def test_no_more_than_max_connections_are_open_and_every_request_is_answered() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await read_request(reader):
+            await asyncio.sleep(0.05)
+            writer.write(reply(b'{"ok":1}'))
+            await writer.drain()
+
+    server = Server(handler)
+    async with server.running(max_connections=2) as upstream:
+        answers = await asyncio.gather(
+            *(upstream.request("POST", "x", body=b"{}", headers={}) for _ in range(8))
+        )
+    assert [a.status for a in answers] == [200] * 8
+    assert server.most_open == 2
+    assert server.connections == 2
+
+
+async def test_a_reader_that_stops_stops_the_socket_and_then_gets_every_byte() -> None:
+    # 32 MB offered as fast as the socket takes it. While the reader stops, the client stops
+    # reading the socket once it holds about a megabyte, so the server's writes stall (its
+    # progress is what it got written); when the reader goes on, every byte arrives in order.
+    piece = bytes(range(256)) * 256
+    payload = piece * 512
+    written = [0]
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(f"HTTP/1.1 200 OK\r\ncontent-length: {len(payload)}\r\n\r\n".encode())
+        for start in range(0, len(payload), len(piece)):
+            writer.write(payload[start : start + len(piece)])
+            await writer.drain()
+            written[0] = start + len(piece)
+
+    seen = hashlib.sha256()
+    async with (
+        Server(handler).running(timeout=5) as upstream,
+        upstream.stream("x", body=b"{}", headers={}) as opened,
+    ):
+        seen.update(await anext(opened.chunks))
+        await asyncio.sleep(0.5)
+        stalled_at = written[0]
+        async for chunk in opened.chunks:
+            seen.update(chunk)
+    assert stalled_at < len(payload) // 2
+    assert seen.hexdigest() == hashlib.sha256(payload).hexdigest()
+
+
+async def test_connection_close_and_a_head_request_are_not_kept_alive() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await read_request(reader)
+        if request.startswith(b"HEAD"):
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n")
+        else:
+            writer.write(reply(b"{}", "connection: close"))
+        await writer.drain()
+        await asyncio.sleep(0.2)
+
+    server = Server(handler)
+    async with server.running() as upstream:
+        await upstream.request("POST", "x", body=b"{}", headers={})
+        head = await upstream.request("HEAD", "x", body=None, headers={})
+        assert (head.status, head.body) == (200, b"")
+        await upstream.request("POST", "x", body=b"{}", headers={})
+        assert upstream.pool().idle == 0
+    assert server.connections == 3
+
+
+async def test_a_body_without_length_or_chunks_ends_when_the_server_closes() -> None:
+    # HTTP/1.0-style framing: the body is what comes before the close; a stream framed that way
+    # is read to the end, and a length-framed body cut short is still a broken one.
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await read_request(reader)
+        if b"cut" in request:
+            writer.write(b'HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{"partial":')
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\ndata: 1\n\n")
+            await writer.drain()
+            writer.write(b"data: 2\n\n")
+        await writer.drain()
+
+    async with Server(handler).running() as upstream:
+        whole = await upstream.request("POST", "x", body=b"{}", headers={})
+        assert whole.body == b"data: 1\n\ndata: 2\n\n"
+        async with upstream.stream("x", body=b"{}", headers={}) as opened:
+            assert b"".join([chunk async for chunk in opened.chunks]) == whole.body
+        with pytest.raises(UpstreamProtocolError, match="'s' broke off its response"):
+            await upstream.request("POST", "x", body=b'"cut"', headers={})
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1, signed by its own key, and that key (PEM files)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "toolsentry test upstream")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = directory / "cert.pem", directory / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+async def test_an_https_upstream_is_verified_against_the_trusted_certificates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Trusted (SSL_CERT_FILE names the server's certificate): answered over TLS, kept alive.
+    # Not trusted: a connect error that says why, never a request sent in the clear.
+    cert_file, key_file = _self_signed(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_file, key_file)
+    server = Server(_echo_forever)
+    listening = await asyncio.start_server(server._serve, "127.0.0.1", 0, ssl=context)
+    port = listening.sockets[0].getsockname()[1]
+    config = UpstreamConfig(name="tls", base_url=f"https://127.0.0.1:{port}/v1")
+    try:
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))
+        trusting = HttpUpstream(config, api_key=None, retries=0)
+        monkeypatch.delenv("SSL_CERT_FILE")
+        untrusting = HttpUpstream(config, api_key=None, retries=0)
+        try:
+            for _ in range(2):
+                answer = await trusting.request("POST", "x", body=b"{}", headers={})
+                assert answer.json() == {"ok": 1}
+            with pytest.raises(UpstreamConnectError, match="certificate verify failed"):
+                await untrusting.request("POST", "x", body=b"{}", headers={})
+        finally:
+            await trusting.close()
+            await untrusting.close()
+    finally:
+        listening.close()
+        await listening.wait_closed()
+    assert server.connections == 1  # kept alive for both trusted requests; the refused handshake
+    # never reached the handler
+
+
+async def _echo_forever(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while await read_request(reader):
+        writer.write(reply(b'{"ok":1}'))
+        await writer.drain()
