@@ -278,6 +278,7 @@ class Turn:
         "_found",
         "_outcomes",
         "_pipeline",
+        "_query",
         "_repaired",
         "_responses",
         "_shadow_first",
@@ -287,7 +288,6 @@ class Turn:
         "body",
         "budget",
         "ending",
-        "exchange",
         "forward",
         "model",
         "protocol",
@@ -320,7 +320,7 @@ class Turn:
         self.protocol = protocol
         self.body = body
         self.view = view
-        self.exchange = exchange
+        self._query = exchange.query  # not the exchange: it refers to this turn (no cycle)
         self.model = model
         self.session = session
         self.budget = budget
@@ -358,7 +358,7 @@ class Turn:
     @property
     def path(self) -> str:
         """The upstream path of this turn's requests: the protocol's, with the client's query."""
-        query = self.exchange.query
+        query = self._query
         return f"{self.protocol.path}?{query}" if query else self.protocol.path
 
     async def send(
