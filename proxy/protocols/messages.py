@@ -206,17 +206,18 @@ def session_hints(body: Mapping[str, Any]) -> SessionHints:
         inner = _json_object(user_id)
         if isinstance(inner, dict) and inner.get("session_id"):
             declared, user = inner["session_id"], None
-    first_user = ""
+    first_user = None
     for message in body.get("messages") or ():
         if isinstance(message, dict) and message.get("role") == "user":
-            first_user = _blocks_text(message.get("content"))
+            first_user = message.get("content")
             break
     model = body.get("model")
     return SessionHints(
-        (model if isinstance(model, str) else "", _blocks_text(body.get("system")), first_user),
+        (model if isinstance(model, str) else "", body.get("system"), first_user),
         declared=declared,
         declared_param="metadata.user_id",
         user=user,
+        read=_blocks_text,
     )
 
 

@@ -58,20 +58,32 @@ class ErrorBudget:
 class SessionHints(NamedTuple):
     """What a request's body says about its session, read by its protocol's adapter.
 
-    `declared`: the session id the body names itself (chat and Responses `metadata.session_id`,
-    the one inside Claude Code's `metadata.user_id`), any JSON value as sent, with
-    `declared_param` naming where it was for an error message; `previous_response_id`: the
-    Responses response this request continues; `user`: the body's `user` as sent;
-    `fingerprint`: (model, first system or instructions text, first user text).
+    `opening`: (model, first system or instructions content, first user content), the contents
+    as texts, or as sent when `read` is given: `read` makes a content's text, and is called only
+    when the session falls back to the fingerprint (a Messages body that names its session is
+    not read for it; Claude Code resends 16 kB of opening text every turn). `declared`: the
+    session id the body names itself (chat and Responses `metadata.session_id`, the one inside
+    Claude Code's `metadata.user_id`), any JSON value as sent, with `declared_param` naming
+    where it was for an error message; `previous_response_id`: the Responses response this
+    request continues; `user`: the body's `user` as sent.
 
     A named tuple (one a request), immutable and made in a quarter of a frozen dataclass's time.
     """
 
-    fingerprint: tuple[str, str, str] = ("", "", "")
+    opening: tuple[str, Any, Any] = ("", "", "")
     declared: object = None
     declared_param: str = "metadata.session_id"
     previous_response_id: str | None = None
     user: object = None
+    read: Callable[[Any], str] | None = None
+
+    @property
+    def fingerprint(self) -> tuple[str, str, str]:
+        """(model, first system or instructions text, first user text)."""
+        model, system, user = self.opening
+        if self.read is None:
+            return model, system, user
+        return model, self.read(system), self.read(user)
 
 
 def resolve_session(

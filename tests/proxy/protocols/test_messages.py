@@ -21,7 +21,7 @@ from proxy.errors import (
 from proxy.guard.toolcheck import validate
 from proxy.protocols.base import Settled
 from proxy.protocols.messages import THINKING_KEY, MessagesProtocol
-from proxy.session.budget import content_text
+from proxy.session.budget import content_text, fingerprint_of, resolve_session
 from proxy.streaming import SSEDecoder, SSEEvent
 from proxy.testing import answer, call, thinking
 
@@ -162,6 +162,18 @@ def test_the_fingerprint_reads_text_blocks_as_content_text_does() -> None:
             ],
         }
         assert PROTOCOL.view(body, None).hints.fingerprint == ("m", *expected)
+
+
+def test_the_opening_text_is_read_only_when_the_session_falls_back_to_the_fingerprint() -> None:
+    def unread(content: object) -> str:
+        raise AssertionError(f"read {content!r} for a session the body names")
+
+    system = [{"type": "text", "text": "S1"}, {"type": "text", "text": "S2"}]
+    body = {**BODY, "system": system, "metadata": {"user_id": '{"session_id": "cc-9"}'}}
+    named = PROTOCOL.view(body, None).hints
+    assert resolve_session({}, named._replace(read=unread)) == "cc-9"
+    anonymous = PROTOCOL.view({**body, "metadata": {}}, None).hints
+    assert resolve_session({}, anonymous) == fingerprint_of("m", "S1S2", "List files.")
 
 
 def test_tool_results_are_found_beside_blocks_that_are_not_objects() -> None:
