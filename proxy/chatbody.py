@@ -12,13 +12,17 @@ the start of a value are that value, whole. Whether they are the value of the *t
 `"tools"` key (and not of a nested one, nor text inside a string) is checked by parsing the rest
 of the body with a random marker string in their place: the body is used only when that parse
 succeeds and the top-level `"tools"` is the marker. Anything else falls back to a full parse.
+
+Other top-level arrays a client resends byte for byte (`resent`: Claude Code's 7 kB `system`
+blocks on the Messages route) are remembered the same way, without a compiled index, and put
+back in place of a marker of their own, in the same parse of the rest of the body.
 """
 
 from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -45,8 +49,8 @@ _BRACKET: Final = ord("[")
 class ParsedBody:
     """A request body, parsed, and its tools' compiled index when they were recognised.
 
-    `body["tools"]`, when `index` is set, is shared by every request that sent the same bytes:
-    read it, do not change it.
+    `body["tools"]`, when `index` is set, and a remembered `resent` value are shared by every
+    request that sent the same bytes: read them, do not change them.
     """
 
     body: dict[str, Any]
@@ -56,14 +60,61 @@ class ParsedBody:
 @dataclass(frozen=True, slots=True)
 class _Entry:
     raw: bytes
-    tools: list[Any]
-    index: ToolIndex
+    value: list[Any]
+    index: ToolIndex | None
+
+
+class _Memory:
+    """Values remembered by their exact bytes, looked up by their first bytes, at most
+    `max_entries` of them, the least recently used forgotten first."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self.entries: OrderedDict[bytes, _Entry] = OrderedDict()
+        self._buckets: dict[bytes, list[_Entry]] = {}
+
+    def at(self, raw: bytes, start: int) -> _Entry | None:
+        """The remembered value whose bytes `raw` holds at `start`, if any."""
+        for entry in self._buckets.get(raw[start : start + PREFIX_BYTES], ()):
+            if raw.startswith(entry.raw, start):
+                return entry
+        return None
+
+    def used(self, entry: _Entry) -> None:
+        self.entries.move_to_end(entry.raw)
+
+    def add(self, entry: _Entry) -> None:
+        self.entries[entry.raw] = entry
+        self._buckets.setdefault(entry.raw[:PREFIX_BYTES], []).append(entry)
+        while len(self.entries) > self.max_entries:
+            _, old = self.entries.popitem(last=False)
+            bucket = self._buckets[old.raw[:PREFIX_BYTES]]
+            bucket.remove(old)
+            if not bucket:
+                del self._buckets[old.raw[:PREFIX_BYTES]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Resent:
+    """A resent top-level key: its key token, the marker put in place of its value, what it
+    remembered."""
+
+    name: str
+    token: bytes
+    marker: str
+    marker_json: bytes
+    memory: _Memory
+
+
+# A remembered resent value found in a body: where its bytes start and end, whose, which.
+_Splice = tuple[int, int, _Resent, _Entry]
 
 
 class ChatBodyParser:
     """Parses request bodies (`parse`); remembers up to `max_entries` tool lists, least recently
     used forgotten first. One per route: its entries are compiled by `compile` (a protocol's
-    `compile_tools`; chat's form under `limits` by default)."""
+    `compile_tools`; chat's form under `limits` by default). `resent`: other top-level keys
+    whose array values are remembered likewise, up to `max_entries` of each."""
 
     def __init__(
         self,
@@ -72,20 +123,26 @@ class ChatBodyParser:
         compile: Callable[[list[Any]], ToolIndex] | None = None,
         max_entries: int = MAX_ENTRIES,
         max_tools_bytes: int = MAX_TOOLS_BYTES,
+        resent: Sequence[str] = (),
     ) -> None:
         self.limits = limits
         self._compile = compile or (lambda tools: compile_tools(tools, limits))
         self.max_entries = max_entries
         self.max_tools_bytes = max_tools_bytes
-        self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
-        self._buckets: dict[bytes, list[_Entry]] = {}
-        # A string no client can know, so a body whose own `"tools"` equals it cannot pass for
-        # one whose tools were recognised.
+        self._tools = _Memory(max_entries)
+        # Strings no client can know, so a body whose own `"tools"` (or resent key) equals one
+        # cannot pass for one whose value was recognised.
         self._marker = f"\x00toolsentry-tools-{os.urandom(12).hex()}"
         self._marker_json = orjson.dumps(self._marker)
+        self._resent = []
+        for name in resent:
+            marker = f"\x00toolsentry-{name}-{os.urandom(12).hex()}"
+            token = orjson.dumps(name)
+            memory = _Memory(max_entries)
+            self._resent.append(_Resent(name, token, marker, orjson.dumps(marker), memory))
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._tools.entries)
 
     def parse(self, raw: bytes) -> ParsedBody:
         """Parse a request body.
@@ -93,85 +150,132 @@ class ChatBodyParser:
         Returns the body and, when its tools were recognised, their index. Raises
         BadRequestError when `raw` is not JSON or not a JSON object.
         """
-        if self._entries:
-            found = self._parse_known(raw)
-            if found is not None:
-                return found
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise BadRequestError(f"request body is not valid JSON: {exc}") from exc
-        if not isinstance(body, dict):
-            raise BadRequestError("request body must be a JSON object")
-        tools = body.get("tools")
-        if isinstance(tools, list) and tools:
-            self._learn(raw, tools)
-        return ParsedBody(body)
-
-    def _parse_known(self, raw: bytes) -> ParsedBody | None:
-        for start in _value_starts(raw):
-            entry = self._lookup(raw, start)
-            if entry is None:
-                continue
-            rest = raw[:start] + self._marker_json + raw[start + len(entry.raw) :]
+        kept: list[_Splice] = [
+            splice
+            for resent in self._resent
+            if resent.memory.entries and (splice := _find(raw, resent)) is not None
+        ]
+        found = self._parse_known(raw, kept) if self._tools.entries or kept else None
+        if found is None:
+            kept = []
             try:
-                body = orjson.loads(rest)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(body, dict) and body.get("tools") == self._marker:
-                body["tools"] = entry.tools
-                self._entries.move_to_end(entry.raw)
-                return ParsedBody(body, entry.index)
+                body = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise BadRequestError(f"request body is not valid JSON: {exc}") from exc
+            if not isinstance(body, dict):
+                raise BadRequestError("request body must be a JSON object")
+            found = ParsedBody(body)
+        body = found.body
+        if found.index is None:
+            tools = body.get("tools")
+            if isinstance(tools, list) and tools:
+                self._learn(raw, _TOOLS_KEY, self._tools, tools, self._compile)
+        for resent in self._resent:
+            value = body.get(resent.name)
+            if isinstance(value, list) and value and not any(k[2] is resent for k in kept):
+                self._learn(raw, resent.token, resent.memory, value, None)
+        return found
+
+    def _parse_known(self, raw: bytes, kept: list[_Splice]) -> ParsedBody | None:
+        """The body parsed around the remembered values it holds (`kept`: its resent ones),
+        None when that cannot be done: then it is parsed whole."""
+        beside = [(start, end, resent.marker_json) for start, end, resent, _ in kept]
+        if self._tools.entries:
+            for start in _value_starts(raw, _TOOLS_KEY):
+                entry = self._tools.at(raw, start)
+                if entry is None:
+                    continue
+                end = start + len(entry.raw)
+                body = _parse_around(raw, [(start, end, self._marker_json), *beside])
+                if body is None or body.get("tools") != self._marker:
+                    continue
+                body["tools"] = entry.value
+                self._tools.used(entry)
+                return ParsedBody(body, entry.index) if _put_back(body, kept) else None
+        if kept:
+            body = _parse_around(raw, beside)
+            if body is not None and _put_back(body, kept):
+                return ParsedBody(body)
         return None
 
-    def _lookup(self, raw: bytes, start: int) -> _Entry | None:
-        for entry in self._buckets.get(raw[start : start + PREFIX_BYTES], ()):
-            if raw.startswith(entry.raw, start):
-                return entry
-        return None
-
-    def _learn(self, raw: bytes, tools: list[Any]) -> None:
-        """Remember the bytes of this body's tools, if they compile (a first sight of them)."""
+    def _learn(
+        self,
+        raw: bytes,
+        token: bytes,
+        memory: _Memory,
+        value: list[Any],
+        compile: Callable[[list[Any]], ToolIndex] | None,
+    ) -> None:
+        """Remember the bytes of this body's `value` under its top-level key `token` (a first
+        sight of them), if `compile`, when given, compiles them."""
         ascii_only = raw.isascii()
-        for start in _value_starts(raw):
+        for start in _value_starts(raw, token):
             span = _value_at(raw, start, ascii_only=ascii_only)
             if span is None or not PREFIX_BYTES < len(span) <= self.max_tools_bytes:
                 continue
-            if span in self._entries:
+            if span in memory.entries:
                 return
-            # The bytes must be this body's tools (not a nested "tools" key's value), and the
-            # remembered list is a private parse of them, not the request's own objects.
+            # The bytes must be this body's value (not a nested key's), and the remembered
+            # value is a private parse of them, not the request's own objects.
             copy = orjson.loads(span)
-            if copy != tools:
+            if copy != value:
                 continue
-            try:
-                index = self._compile(copy)
-            except BadRequestError:
-                return  # the request is refused where the tools are checked
-            self._add(_Entry(span, copy, index))
+            index = None
+            if compile is not None:
+                try:
+                    index = compile(copy)
+                except BadRequestError:
+                    return  # the request is refused where the tools are checked
+            memory.add(_Entry(span, copy, index))
             return
 
-    def _add(self, entry: _Entry) -> None:
-        self._entries[entry.raw] = entry
-        self._buckets.setdefault(entry.raw[:PREFIX_BYTES], []).append(entry)
-        while len(self._entries) > self.max_entries:
-            _, old = self._entries.popitem(last=False)
-            bucket = self._buckets[old.raw[:PREFIX_BYTES]]
-            bucket.remove(old)
-            if not bucket:
-                del self._buckets[old.raw[:PREFIX_BYTES]]
+
+def _find(raw: bytes, resent: _Resent) -> _Splice | None:
+    """The first candidate value of `resent`'s key whose bytes it remembers."""
+    for start in _value_starts(raw, resent.token):
+        entry = resent.memory.at(raw, start)
+        if entry is not None:
+            return (start, start + len(entry.raw), resent, entry)
+    return None
 
 
-def _value_starts(raw: bytes) -> Iterator[int]:
-    """Where an array value follows a `"tools"` key token (`"tools"`, JSON blanks, `:`,
+def _parse_around(raw: bytes, markers: list[tuple[int, int, bytes]]) -> dict[str, Any] | None:
+    """`raw` parsed with the bytes from each start to its end replaced by the marker beside
+    them; None when that is not JSON or not an object."""
+    pieces: list[bytes] = []
+    at = 0
+    for start, end, marker_json in sorted(markers):
+        pieces += (raw[at:start], marker_json)
+        at = end
+    pieces.append(raw[at:])
+    try:
+        body = orjson.loads(b"".join(pieces))
+    except orjson.JSONDecodeError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _put_back(body: dict[str, Any], splices: list[_Splice]) -> bool:
+    """Put the remembered resent values in place of their markers; False when a marker is not
+    the value of its top-level key (its bytes were a nested key's value)."""
+    if any(body.get(resent.name) != resent.marker for _, _, resent, _ in splices):
+        return False
+    for _, _, resent, entry in splices:
+        body[resent.name] = entry.value
+        resent.memory.used(entry)
+    return True
+
+
+def _value_starts(raw: bytes, token: bytes) -> Iterator[int]:
+    """Where an array value follows a key token such as `"tools"` (the token, JSON blanks, `:`,
     blanks, `[`), the first `MAX_CANDIDATES` of them.
 
     Candidates only: one may be a nested key, or text inside a string.
     """
     found, end = 0, len(raw)
-    at = raw.find(_TOOLS_KEY)
+    at = raw.find(token)
     while at >= 0 and found < MAX_CANDIDATES:
-        i = at + len(_TOOLS_KEY)
+        i = at + len(token)
         while i < end and raw[i] in _BLANKS:
             i += 1
         if i < end and raw[i] == _COLON:
@@ -181,7 +285,7 @@ def _value_starts(raw: bytes) -> Iterator[int]:
             if i < end and raw[i] == _BRACKET:
                 found += 1
                 yield i
-        at = raw.find(_TOOLS_KEY, at + 1)
+        at = raw.find(token, at + 1)
 
 
 def _value_at(raw: bytes, start: int, *, ascii_only: bool) -> bytes | None:

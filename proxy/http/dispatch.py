@@ -43,7 +43,9 @@ class TurnRoute:
     def __init__(self, pipeline: Pipeline, protocol: WireProtocol, keys: Keys) -> None:
         self.pipeline = pipeline
         self.protocol = protocol
-        self.bodies = ChatBodyParser(pipeline.limits, compile=protocol.compile_tools)
+        self.bodies = ChatBodyParser(
+            pipeline.limits, compile=protocol.compile_tools, resent=protocol.resent
+        )
         self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

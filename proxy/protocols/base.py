@@ -156,6 +156,10 @@ class WireProtocol(Protocol):
     path: str
     """The upstream path it is served at, relative to the upstream's base URL."""
 
+    resent: tuple[str, ...]
+    """Top-level keys, besides `tools`, whose arrays its clients resend byte for byte every turn:
+    the route's body parser remembers their parse (proxy/chatbody.py)."""
+
     def compile_tools(self, tools: list[Any]) -> ToolIndex:
         """The body's `tools` (a list) compiled for the guard, each function under the name a
         call of it carries. Raises BadRequestError for tools the guard cannot take. The body
@@ -217,6 +221,8 @@ class Adapter:
     A protocol whose tools are not chat's says how they read in chat's form (`guard_tools`);
     its `view` compiles the body's `declared_tools` with `tool_index`.
     """
+
+    resent: tuple[str, ...] = ()
 
     def __init__(self, limits: GuardLimits = DEFAULT_LIMITS) -> None:
         self.limits = limits

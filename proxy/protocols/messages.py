@@ -68,6 +68,7 @@ class MessagesProtocol(Adapter):
 
     api = "messages"
     path = "messages"
+    resent: tuple[str, ...] = ("system",)  # Claude Code's system blocks, 7 kB
 
     def guard_tools(self, tools: list[Any]) -> list[Any]:
         return chat_tools(tools)

@@ -280,3 +280,94 @@ def test_a_body_of_many_nested_tools_keys_costs_a_bounded_number_of_parses(
     # 200 nested keys do not cost 200 parses of the body.
     assert loads.calls <= 2 * MAX_CANDIDATES + 1
     assert loads.calls < len(messages) / 4
+
+
+SYSTEM = [
+    {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude."},
+    {"type": "text", "text": "Working directory: /repo", "cache_control": {"type": "ephemeral"}},
+]
+OTHER_SYSTEM = [{"type": "text", "text": "You are a careful retail agent. " * 4}]
+
+
+def messages_body(text: str = "List files.", **fields: Any) -> dict[str, Any]:
+    body = {
+        "model": "m",
+        "max_tokens": 64,
+        "system": SYSTEM,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}],
+        "tools": RETAIL_TOOLS,
+    }
+    return {**body, **fields}
+
+
+def test_a_resent_system_is_parsed_once_and_shared_beside_the_known_tools() -> None:
+    parser = ChatBodyParser(resent=("system",))
+    first = parser.parse(dumps(messages_body()))
+    second = parser.parse(dumps(messages_body("And now?")))
+    third = parser.parse(dumps(messages_body("Once more.", system=OTHER_SYSTEM)))
+    fourth = parser.parse(dumps(messages_body("Back.", tools=OTHER_TOOLS)))
+
+    assert second.body == messages_body("And now?")
+    assert second.index is compile_tools(RETAIL_TOOLS)
+    assert second.body["system"] is not first.body["system"]  # the first sight's own parse
+    assert parser.parse(dumps(messages_body())).body["system"] is second.body["system"]
+    assert third.body == messages_body("Once more.", system=OTHER_SYSTEM)
+    assert third.body["system"] is not second.body["system"]
+    # A system known with tools not yet seen: the system is reused, the tools learnt.
+    assert fourth.body == messages_body("Back.", tools=OTHER_TOOLS)
+    assert fourth.body["system"] is second.body["system"]
+    assert fourth.index is None
+    assert parser.parse(dumps(messages_body(tools=OTHER_TOOLS))).index is not None
+
+
+def test_a_system_is_remembered_only_on_a_route_that_names_it() -> None:
+    parser = ChatBodyParser()
+    first = parser.parse(dumps(messages_body()))
+    second = parser.parse(dumps(messages_body()))
+
+    assert second.body == first.body
+    assert second.body["system"] is not first.body["system"]
+
+
+def test_a_nested_copy_of_a_known_system_before_the_real_one_does_not_fool_it() -> None:
+    parser = ChatBodyParser(resent=("system",))
+    parser.parse(dumps(messages_body()))
+    body = messages_body(system=OTHER_SYSTEM)
+    body["messages"].insert(0, {"role": "user", "content": "x", "system": SYSTEM})
+    text = messages_body('"system":' + dumps(SYSTEM).decode(), system="plain")
+
+    for sent in (body, text, {**body, "tools": RETAIL_TOOLS}, messages_body(system=None)):
+        assert parser.parse(dumps(sent)).body == sent
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    messages=st.lists(
+        st.dictionaries(
+            st.sampled_from(["role", "content", "system", "tools"]),
+            _values | st.sampled_from([SYSTEM, OTHER_SYSTEM]),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    tools=st.one_of(st.sampled_from(TOOL_LISTS), _values),
+    system=st.one_of(st.sampled_from([SYSTEM, OTHER_SYSTEM]), _values),
+    order=st.permutations(["messages", "system", "tools"]),
+    style=st.sampled_from(["sdk", "spaced", "indented"]),
+)
+def test_whatever_the_body_with_a_resent_system_the_parse_equals_a_full_parse(
+    messages: list[Any], tools: Any, system: Any, order: list[str], style: str
+) -> None:
+    parser = ChatBodyParser(resent=("system",))
+    for known in (SYSTEM, OTHER_SYSTEM):
+        for tool_list in TOOL_LISTS:
+            for seen_style in ("sdk", "spaced", "indented"):
+                parser.parse(dumps(messages_body(system=known, tools=tool_list), seen_style))
+    fields = {"messages": messages, "system": system, "tools": tools}
+    raw = dumps({key: fields[key] for key in order}, style)
+
+    parsed = parser.parse(raw)
+
+    assert parsed.body == orjson.loads(raw)
+    if parsed.index is not None:
+        assert parsed.index is compile_tools(parsed.body["tools"])
