@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final
 
 import orjson
+import structlog
 
 from proxy.config import Settings, ShadowConfig, UpstreamConfig
 from proxy.errors import (
@@ -80,6 +81,7 @@ INDEX_KEY: Final = "shadow:index"
 _LOG_QUEUE: Final = 10_000
 _LOG_POLL_SECONDS: Final = 0.05
 FLUSH_SECONDS: Final = 0.25
+_ABSENT: Final = object()
 _PRIMARY: Final = Side.PRIMARY.value
 _REFERENCE: Final = Side.REFERENCE.value
 
@@ -96,7 +98,9 @@ class ShadowRequest:
     `body` is the request as the primary's first attempt sent it and `headers` the headers it
     forwarded; the shadow sends it non-streamed with the reference's model name. `primary` is
     the decision of the primary's first answer (before any repair). `judge` reads the
-    reference's reply. `bodies` are written to the log only with `log_bodies`.
+    reference's reply. `bodies` are written to the log only with `log_bodies`. `request_id`
+    None: the id the request's log lines are bound to, read only when a log line is written
+    (the shadow's task runs in a copy of the request's context).
     """
 
     model: str
@@ -109,6 +113,9 @@ class ShadowRequest:
     judge: Judge
     request_id: str | None = None
     primary_body: Any = None
+    raw: bytes | None = None
+    """The bytes the primary's first attempt sent, when they are the client's and `body` is
+    what they parse to (None: the shadow encodes `body`)."""
 
 
 def judge_for(protocol: WireProtocol, view: TurnView, upstream: str) -> Judge:
@@ -333,7 +340,7 @@ class Shadow:
             self._write_log(request, {"event": "dropped"})
             return False
         context = contextvars.copy_context()
-        trace = context.run(CURRENT_TRACE.get)
+        trace = CURRENT_TRACE.get()  # the copy's value, read without entering it
         if trace is not None:  # its try is a span of its own kind under the request's
             context.run(CURRENT_TRACE.set, trace.beside("shadow"))
         loop = asyncio.get_running_loop()
@@ -386,15 +393,35 @@ class Shadow:
         self._write_log(request, {"event": "error", "kind": kind})
         self._count(request.model, {error_field(kind): 1})
 
+    def payload(self, request: ShadowRequest) -> bytes:
+        """The reference's request body: the primary's, non-streamed (`stream: false`, no
+        `stream_options`), with the reference's model name. When the primary's bytes are at
+        hand and need no more than `stream: false` they go as they are, the member appended
+        when absent (the JSON `body` encoded with it added, the same members in the same
+        order), instead of the whole request encoded again."""
+        body, raw, model = request.body, request.raw, self.reference_model
+        if (
+            raw is not None
+            and "stream_options" not in body
+            and (model is None or body.get("model") == model)
+        ):
+            stream = body.get("stream", _ABSENT)
+            if stream is False:
+                return raw
+            end = raw.rstrip()
+            if stream is _ABSENT and body and end.endswith(b"}"):
+                return end[:-1] + b',"stream":false}'
+        copy = dict(body)
+        copy["stream"] = False
+        copy.pop("stream_options", None)
+        if model is not None:
+            copy["model"] = model
+        return orjson.dumps(copy)
+
     async def _ask_reference(self, request: ShadowRequest) -> tuple[Decision, Any]:
-        body = dict(request.body)
-        body["stream"] = False
-        body.pop("stream_options", None)
-        if self.reference_model is not None:
-            body["model"] = self.reference_model
         try:  # within the timeout: `_expire` cancels a request past its deadline
             response = await self.reference.request(
-                "POST", request.path, body=orjson.dumps(body), headers=request.headers
+                "POST", request.path, body=self.payload(request), headers=request.headers
             )
         except (TimeoutError, UpstreamTimeoutError) as exc:
             raise _ReferenceFailed("timeout") from exc
@@ -487,7 +514,11 @@ class Shadow:
             return
         line: dict[str, Any] = {
             "time": datetime.fromtimestamp(self._clock(), UTC).isoformat().replace("+00:00", "Z"),
-            "request_id": request.request_id,
+            "request_id": (
+                request.request_id
+                if request.request_id is not None
+                else structlog.contextvars.get_contextvars().get("request_id")
+            ),
             "session": request.session,
             "api": request.api,
             "models": {"primary": request.model, "reference": self.reference_name},

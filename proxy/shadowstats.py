@@ -178,7 +178,7 @@ def compare_arguments(primary: Decision, reference: Decision) -> ArgumentAgreeme
     if not primary.tools or primary.tools != reference.tools:
         return None
     equal = 0
-    keys: Counter[str] = Counter()
+    keys: dict[str, int] = {}  # a plain dict: a Counter costs a few µs to create
     for mine, theirs in zip(primary.arguments, reference.arguments, strict=True):
         if mine is not None and mine == theirs:
             equal += 1
@@ -186,9 +186,9 @@ def compare_arguments(primary: Decision, reference: Decision) -> ArgumentAgreeme
         if mine is None or theirs is None:
             continue
         a, b = orjson.loads(mine), orjson.loads(theirs)
-        keys.update(
-            k for k in sorted(a.keys() | b.keys()) if a.get(k, _MISSING) != b.get(k, _MISSING)
-        )
+        for k in sorted(a.keys() | b.keys()):
+            if a.get(k, _MISSING) != b.get(k, _MISSING):
+                keys[k] = keys.get(k, 0) + 1
     return ArgumentAgreement(len(primary.tools), equal, keys)
 
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-import structlog
 
 from proxy.config import Settings
 from proxy.errors import (
@@ -719,7 +718,6 @@ class Turn:
             headers=self.forward,
             primary=primary,
             judge=judge_for(self.protocol, self.view, shadow.reference_name),
-            request_id=structlog.contextvars.get_contextvars().get("request_id"),
             primary_body=message,
         )
 

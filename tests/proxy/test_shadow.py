@@ -11,6 +11,7 @@ import json
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,35 @@ async def test_a_pair_goes_to_the_reference_non_streamed_and_is_counted_everywhe
     assert line["primary"]["tools"] == ["lookup_order"]
     assert line["reference"]["tools"] == ["get_order_details"]
     assert "bodies" not in line  # no message bodies unless log_bodies
+
+
+@pytest.mark.parametrize(
+    ("change", "as_is"),
+    [
+        ({}, False),  # no `stream`: the member appended
+        ({"stream": False}, True),  # nothing to change: the bytes as they are
+        ({"stream": True, "stream_options": {"include_usage": True}}, False),
+        ({"model": "gemma-int4"}, False),  # the reference's model name goes in
+    ],
+)
+async def test_the_primarys_bytes_go_to_the_reference_as_the_encoded_body_would(
+    reference: Reference, closing: list[Shadow], change: dict[str, Any], as_is: bool
+) -> None:
+    shadow, _, _ = make_shadow(reference, closing)
+    plain = {k: v for k, v in REQUEST.items() if k not in ("stream", "stream_options")}
+    body = {**plain, "model": "gemma-bf16", **change}
+    encoded = shadow.payload(replace(request(VALID), body=body))
+    for raw in (orjson.dumps(body), json.dumps(body, indent=2).encode() + b"\n"):
+        sent = shadow.payload(replace(request(VALID), body=body, raw=raw))
+        assert orjson.loads(sent) == orjson.loads(encoded)
+        assert list(orjson.loads(sent)) == list(orjson.loads(encoded))  # members in order
+        assert (sent is raw) == as_is
+    assert shadow.payload(replace(request(VALID), body=body, raw=orjson.dumps(body))) == encoded
+    # Through the reference: what it is asked is what the encoded body asks.
+    reference.script.push(VALID)
+    assert shadow.submit(replace(request(VALID), body=body, raw=orjson.dumps(body)))
+    await shadow.drain()
+    assert reference.script.requests[0] == orjson.loads(encoded)
 
 
 async def test_a_full_set_of_in_flight_requests_drops_and_counts_each_drop_exactly(
@@ -600,7 +630,10 @@ def test_a_responses_turn_that_continues_stored_context_is_skipped_with_its_reas
         with LoopbackServer(create_app(settings, environ={})) as proxy:
             client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
             first = client.responses.create(
-                model="gemma-int4", input="where is order #W1?", tools=RESPONSES_TOOLS
+                model="gemma-int4",
+                input="where is order #W1?",
+                tools=RESPONSES_TOOLS,
+                extra_headers={"x-request-id": "req-1"},
             )
             (asked,) = [i for i in first.output if i.type == "function_call"]
             result = {"type": "function_call_output", "call_id": asked.call_id, "output": "ok"}
@@ -609,7 +642,12 @@ def test_a_responses_turn_that_continues_stored_context_is_skipped_with_its_reas
                 "conversation": {"conversation": "conv_1", "input": [result]},
                 "item_reference": {"input": [{"type": "item_reference", "id": asked.id}, result]},
             }[reason]
-            second = client.responses.create(model="gemma-int4", tools=RESPONSES_TOOLS, **continued)
+            second = client.responses.create(
+                model="gemma-int4",
+                tools=RESPONSES_TOOLS,
+                extra_headers={"x-request-id": "req-2"},
+                **continued,
+            )
             client.close()
             with httpx.Client(base_url=proxy.url, timeout=30) as http:
                 stats = settled(http, pairs=1, skipped=1)
@@ -628,6 +666,8 @@ def test_a_responses_turn_that_continues_stored_context_is_skipped_with_its_reas
     # A pair's line is written when the reference answers, a skip's at once: either may be first.
     lines = sorted((json.loads(x) for x in log.read_text().splitlines()), key=lambda x: x["event"])
     assert [(x["event"], x.get("reason")) for x in lines] == [("pair", None), ("skipped", reason)]
+    # Each line names its own request: the pair's, written by the shadow's task, and the skip's.
+    assert [x["request_id"] for x in lines] == ["req-1", "req-2"]
     if reason == "previous_response_id":
         assert lines[0]["session"] == lines[1]["session"]  # the chain is one session
 
