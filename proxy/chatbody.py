@@ -150,12 +150,13 @@ class ChatBodyParser:
         Returns the body and, when its tools were recognised, their index. Raises
         BadRequestError when `raw` is not JSON or not a JSON object.
         """
-        kept: list[_Splice] = [
-            splice
-            for resent in self._resent
-            if resent.memory.entries and (splice := _find(raw, resent)) is not None
-        ]
+        kept: list[_Splice] = []
+        for resent in self._resent:
+            if resent.memory.entries and (splice := _find(raw, resent)) is not None:
+                kept.append(splice)
         found = self._parse_known(raw, kept) if self._tools.entries or kept else None
+        if found is not None and found.index is not None and len(kept) == len(self._resent):
+            return found  # all it remembers was used: nothing to learn
         if found is None:
             kept = []
             try:
@@ -186,12 +187,18 @@ class ChatBodyParser:
                 if entry is None:
                     continue
                 end = start + len(entry.raw)
-                body = _parse_around(raw, [(start, end, self._marker_json), *beside])
-                if body is None or body.get("tools") != self._marker:
+                if beside:
+                    body = _parse_around(raw, [(start, end, self._marker_json), *beside])
+                else:  # the tools alone, the usual case on most routes: one splice
+                    try:
+                        body = orjson.loads(raw[:start] + self._marker_json + raw[end:])
+                    except orjson.JSONDecodeError:
+                        continue
+                if not isinstance(body, dict) or body.get("tools") != self._marker:
                     continue
                 body["tools"] = entry.value
-                self._tools.used(entry)
-                return ParsedBody(body, entry.index) if _put_back(body, kept) else None
+                self._tools.entries.move_to_end(entry.raw)
+                return ParsedBody(body, entry.index) if not kept or _put_back(body, kept) else None
         if kept:
             body = _parse_around(raw, beside)
             if body is not None and _put_back(body, kept):
