@@ -274,6 +274,7 @@ class Turn:
         "_client_body",
         "_closed",
         "_failed",
+        "_first_raw",
         "_found",
         "_outcomes",
         "_pipeline",
@@ -339,6 +340,7 @@ class Turn:
         self._shadow_first: tuple[Decision, Message] | None = None
         self._closed: TurnReport | None = None
         self._client_body = body
+        self._first_raw: bytes | None = None
         self._strict_first: Mapping[str, StrictForm] = {}
 
     def mark_strict(self) -> None:
@@ -383,6 +385,7 @@ class Turn:
         """The first attempt's body: the client's bytes as sent (`raw`, when given), unless the
         turn declared the tools strict (`enforce_strict`)."""
         if raw is not None and self.body is self._client_body:
+            self._first_raw = raw  # the shadow sends these bytes too, when they need no change
             return raw
         return orjson.dumps(self.body)
 
@@ -715,6 +718,7 @@ class Turn:
             api=self.protocol.api,
             path=self.protocol.path,
             body=self.body,
+            raw=self._first_raw if self.body is self._client_body else None,
             headers=self.forward,
             primary=primary,
             judge=judge_for(self.protocol, self.view, shadow.reference_name),

@@ -527,6 +527,32 @@ def test_every_protocol_is_shadowed_through_the_real_proxy_and_the_client_gets_i
         assert sample(text, "toolsentry_shadow_pairs_total", outcome="primary_only", **labels) == 1
 
 
+def test_the_clients_bytes_go_to_a_reference_of_the_same_model_with_stream_false_appended(
+    reference: Reference,
+) -> None:
+    # A reference serving the same model name: the turn hands the shadow the bytes its first
+    # attempt sent, and they go on as they are but for the member that makes them non-streamed.
+    primary = ScriptedUpstream([answer(None, call("get_order_details", {"order_id": "#W1"}))])
+    reference.script.push(answer(None, call("get_order_details", {"order_id": "#W1"})))
+    reference.entry = reference.entry.model_copy(update={"models": ["gemma-int4"]})
+    body = {"model": "gemma-int4", "messages": REQUEST["messages"], "tools": RETAIL_TOOLS}
+    raw = json.dumps(body, indent=1).encode()  # not what orjson would write: the bytes are kept
+    with LoopbackServer(primary.app) as served:
+        settings = shadowed_settings(served, reference)
+        with (
+            LoopbackServer(create_app(settings, environ={})) as proxy,
+            httpx.Client(base_url=proxy.url, timeout=30) as http,
+        ):
+            answered = http.post(
+                "/v1/chat/completions", content=raw, headers={"content-type": "application/json"}
+            )
+            assert answered.status_code == 200
+            assert settled(http, pairs=1)["data"][0]["pairs"] == 1
+    assert primary.raw_requests == [raw]
+    assert reference.script.raw_requests == [raw[:-1] + b',"stream":false}']
+    assert json.loads(reference.script.raw_requests[0]) == {**body, "stream": False}
+
+
 def settled(http: httpx.Client, pairs: int = 2, skipped: int = 0) -> dict[str, Any]:
     """The shadow's stats once `pairs` pairs and `skipped` skips are counted and nothing is in
     flight (a turn hands its request over as it closes, which may be after the client's reply)."""
