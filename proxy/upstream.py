@@ -273,6 +273,7 @@ class HttpUpstream:
             await exchange.head()
         except ClosedEarly:
             if not connection.reused:
+                pool.release(connection, exchange)
                 raise
             # The server closed that idle connection as the request went out: nothing was
             # answered, so the request goes once more, on a connection made for it.

@@ -156,7 +156,9 @@ KINDS: dict[str, tuple[Reply, int, str | None]] = {
     "500": (Fault(500), 500, "upstream_error"),
     "502": (Fault(502), 502, "upstream_error"),
     "503": (Fault(503, upstream_error("busy", "overloaded", 503)), 503, "overloaded"),
-    "hang": (Fault(200, completion("late"), delay=HANG + 1), 504, "upstream_timeout"),
+    # The answer comes 3 s after the proxy's timeout: a proxy whose loop a loaded machine
+    # stalls past its timer would otherwise read a late answer before the timer runs.
+    "hang": (Fault(200, completion("late"), delay=HANG + 3), 504, "upstream_timeout"),
     "reset": (Reset(), 502, "upstream_connect_error"),
     "invalid-json": (Fault(200, b"{nope"), 502, "upstream_protocol_error"),
     "not-a-completion": (Fault(200, {"object": "list"}), 502, "upstream_protocol_error"),
