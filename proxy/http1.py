@@ -3,10 +3,11 @@
 The proxy asks one thing of HTTP: send a request to an OpenAI-compatible server and read its
 response, whole or as it arrives. A general client (aiohttp's) pays for what the proxy never uses
 — cookies, redirects, proxies, auth helpers, a header multidict per message — and measured on this
-project's machines it cost about 140 µs of CPU per request against about 20 µs for writing the
+project's machines it cost five to six times the CPU per plain request (about 200 µs against
+about 30 µs, and twice as much per streamed one: bench/results/upstreamclient.md) of writing the
 request in one call on a pooled connection and feeding the answer to httptools' C parser (the
-parser uvicorn serves with). At the proxy's rates that difference is most of its overhead, so this
-module keeps only the part the proxy needs:
+parser uvicorn serves with). At the proxy's rates that difference was most of its overhead, so
+this module keeps only the part the proxy needs:
 
 - `Pool.exchange()` sends a request on an idle connection (or a new one, up to `limit`) and returns
   an `Exchange` whose `head()` is the status and headers and whose body is read whole (`read()`) or

@@ -1,9 +1,9 @@
 """Upstream clients: one pool of keep-alive connections per upstream, routing by model, retries.
 
 The connections are `proxy.http1`'s (HTTP/1.1 written in one call, answers parsed by httptools):
-measured on this project's machines, aiohttp's client cost about 140 µs of CPU per request against
-about 20 µs for that, most of the proxy's overhead at its rates (httpx's pool was slower still:
-bench/RESULTS.md). Every exception of the pool, the socket or the TLS layer is translated into an
+measured on this project's machines, aiohttp's client cost five to six times their CPU per plain
+request (bench/results/upstreamclient.md), most of the proxy's overhead at its rates (httpx's
+pool was slower still: bench/RESULTS.md). Every exception of the pool, the socket or the TLS layer is translated into an
 `Upstream*` error here and nowhere else.
 """
 
