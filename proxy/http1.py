@@ -350,7 +350,7 @@ class Connection(asyncio.Protocol):
         if exchange.head_only:  # no body follows a HEAD's response, whatever its length says
             self.reusable = False
             exchange.on_message_complete()
-            self._finished()
+            self._cancel_timer()
 
     def on_body(self, body: bytes) -> None:
         if self._exchange is not None:
@@ -363,7 +363,7 @@ class Connection(asyncio.Protocol):
         if not self._parser.should_keep_alive():
             self.reusable = False
         exchange.on_message_complete()
-        self._finished()
+        self._cancel_timer()
 
     # -- the pool's side
 
@@ -378,9 +378,6 @@ class Connection(asyncio.Protocol):
             transport.writelines((head, body))
         else:
             transport.write(head)
-
-    def _finished(self) -> None:
-        self._cancel_timer()
 
     def _check_silence(self, timeout: float) -> None:
         exchange = self._exchange
@@ -476,11 +473,7 @@ class Pool:
         with a line break, and RuntimeError once the pool is closed.
         """
         head = encode_head(method, target, self.host, headers, None if body is None else len(body))
-        head_only = method == "HEAD"
-        connection = await self._connection()
-        exchange = Exchange(connection, self.loop, head_only)
-        connection.send(head, body, exchange, self.read_timeout)
-        return connection, exchange
+        return self._send(await self._connection(), method, head, body)
 
     async def retry_fresh(
         self, connection: Connection, exchange: Exchange, method: str, target: str,
@@ -490,8 +483,13 @@ class Pool:
         answering a byte (it was closing it as the request went out)."""
         self.release(connection, exchange)
         head = encode_head(method, target, self.host, headers, None if body is None else len(body))
-        connection = await self._new_connection()
-        exchange = Exchange(connection, self.loop, method == "HEAD")
+        return self._send(await self._new_connection(), method, head, body)
+
+    def _send(
+        self, connection: Connection, method: str, head: bytes, body: bytes | None
+    ) -> tuple[Connection, Exchange]:
+        # A HEAD's response has no body whatever its length says.
+        exchange = Exchange(connection, self.loop, head_only=method == "HEAD")
         connection.send(head, body, exchange, self.read_timeout)
         return connection, exchange
 
