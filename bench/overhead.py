@@ -21,9 +21,12 @@ retail turn with 17 τ²-bench-like tools, about 7 kB, on each wire protocol) an
 Claude Code's own `/v1/messages?beta=true`). The baseline, the shadow arm, httpx and LiteLLM are
 measured on `chat` only. Load comes
 from `wrk` (a Lua script POSTs the body and prints percentiles); the time to first token comes
-from bench/ttft.py. For each workload and target, in rounds whose order rotates: concurrency 1
-(latency p50/p99; added = target − direct of the same round), concurrency 64 (requests/s and
-p99), and on the small bodies a streamed request's time to first token. The proxies not being
+from bench/ttft.py. Each round first measures concurrency 1 (latency p50/p99; added = target −
+direct of the same round): each target in turn runs every workload back to back, the workloads a
+ratio goal compares next to each other, so that those ratios compare runs seconds apart. Then, for
+each workload and target, concurrency 64 (requests/s and p99) and on the small bodies a streamed
+request's time to first token. Target order rotates from round to round, the c1 workload order
+reverses every other round. The proxies not being
 measured are stopped (SIGSTOP) so an idle one cannot steal the core. The goals of the issues are
 printed last, each as the median (min–max) over rounds of a figure computed round by round.
 
@@ -670,14 +673,16 @@ def measure(args: argparse.Namespace) -> tuple[Results, dict[str, Any]]:
                     if "error" in probe:
                         outcome.ttft_note = f"streaming skipped: {probe['error'][:160]}"
             for round_ in range(args.rounds):
+                c1 = measure_c1(running, results, workloads, bodies, args, placement, round_)
                 for w in workloads:
                     order = [name for name in results[w.name] if name in running]
                     shift = round_ % len(order)
                     for name in order[shift:] + order[:shift]:
                         outcome = results[w.name][name]
-                        sample = measure_one(
-                            running[name], w, bodies[w.name], outcome, args, placement, round_
+                        c64, ttft = measure_load(
+                            running[name], w, bodies[w.name], outcome, args, placement
                         )
+                        sample = Sample(c1[w.name, name], c64, ttft)
                         outcome.samples.append(sample)
                         console.print(
                             f"  round {round_ + 1}/{args.rounds} {w.name:14} {name:20}"
@@ -686,22 +691,59 @@ def measure(args: argparse.Namespace) -> tuple[Results, dict[str, Any]]:
     return results, info
 
 
-def measure_one(
+C1_ORDER = ("responses", "chat", "messages", "chat-large", "messages-large")
+"""The order of a target's c1 runs in a round (reversed every other round): each workload a
+ratio goal compares (Responses and Messages with chat, each large body with the other) is
+measured next to the one it is compared with."""
+
+
+def measure_c1(
+    running: dict[str, Server],
+    results: Results,
+    workloads: Sequence[Workload],
+    bodies: dict[str, tuple[Path, Path]],
+    args: argparse.Namespace,
+    placement: Placement,
+    round_: int,
+) -> dict[tuple[str, str], dict[str, float]]:
+    """One round's concurrency-1 runs, by (workload, target): each target in turn (rotating
+    order) runs every workload back to back, so the latency ratios between workloads compare
+    runs seconds apart, not a round apart, and a shared machine's drift between them is small."""
+    order = sorted(workloads, key=lambda w: C1_ORDER.index(w.name))
+    if round_ % 2:
+        order.reverse()
+    names = [name for name in running if any(name in results[w.name] for w in workloads)]
+    shift = round_ % len(names)
+    out = {}
+    for name in names[shift:] + names[:shift]:
+        server = running[name]
+        server.resume()
+        try:
+            for w in order:
+                if name not in results[w.name]:
+                    continue
+                url, body_file = server.url_for(w.route), bodies[w.name][0]
+                run_wrk(url, body_file, 8, 2 if round_ == 0 else 1, placement.load)  # warm-up
+                out[w.name, name] = run_wrk(url, body_file, 1, args.duration, placement.load)
+        finally:
+            server.pause()
+    return out
+
+
+def measure_load(
     server: Server,
     workload: Workload,
     body_files: tuple[Path, Path],
     outcome: Outcome,
     args: argparse.Namespace,
     placement: Placement,
-    round_: int,
-) -> Sample:
-    """One round of one target on one workload: c1, c64 (with the proxy's CPU), TTFT."""
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """One round of one target on one workload under load: c64 (with the proxy's CPU), TTFT."""
     url = server.url_for(workload.route)
     body_file, stream_file = body_files
     server.resume()
     try:
-        run_wrk(url, body_file, 8, 2 if round_ == 0 else 1, placement.load)
-        c1 = run_wrk(url, body_file, 1, args.duration, placement.load)
+        run_wrk(url, body_file, 8, 1, placement.load)  # warm-up
         cpu_before = server.cpu_seconds()
         c64 = run_wrk(url, body_file, HIGH_CONCURRENCY, args.duration, placement.load)
         cpu_after = server.cpu_seconds()
@@ -713,7 +755,7 @@ def measure_one(
             ttft = run_ttft(url, stream_file, args.ttft_requests, placement.load)
     finally:
         server.pause()
-    return Sample(c1, c64, ttft)
+    return c64, ttft
 
 
 def describe(sample: Sample) -> str:
