@@ -240,6 +240,8 @@ class HttpUpstream:
         url = self._url(path)
         sent_headers = self._headers(headers, body is not None)
         try:
+            if not self._retries:  # one try: nothing for the retry policy to do
+                return await self._once(method, url, body, sent_headers)
             return await self._attempts(lambda: self._once(method, url, body, sent_headers))
         except _Retryable as exc:
             return exc.response

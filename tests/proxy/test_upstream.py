@@ -161,12 +161,13 @@ def test_timeouts_connect_failures_and_broken_bodies_map_to_distinct_errors() ->
     assert "'u'" in translate(http1.ClosedEarly(), "u", "x").message
 
 
-async def test_retries_stop_and_hand_back_the_last_503() -> None:
+@pytest.mark.parametrize(("retries", "tries"), [(2, 3), (0, 1)])  # 0: one try, no policy
+async def test_retries_stop_and_hand_back_the_last_503(retries: int, tries: int) -> None:
     script = ScriptedUpstream([Fault(503, {"error": {"message": "overloaded"}})])
-    async with _serving(script, retries=2) as upstream:
+    async with _serving(script, retries=retries) as upstream:
         response = await upstream.request("POST", "chat/completions", body=b"{}", headers={})
     assert response.status == 503
-    assert len(script.requests) == 3
+    assert len(script.requests) == tries
 
 
 async def test_a_refused_connection_is_retried_then_reported() -> None:
