@@ -68,7 +68,7 @@ def find_leaked_calls(content: str | None) -> list[LeakedCall]:
     """
     if not content:
         return []
-    found = _marked(content)
+    found = _marked(content) if any(map(content.__contains__, _SCREEN)) else []
     if not found and content.lstrip()[:1] in BARE_STARTS:
         for fmt in _BARE:
             found = fmt.find(content)
@@ -84,14 +84,14 @@ def find_leaked_calls_in_reasoning(reasoning: str | None) -> list[LeakedCall]:
     model's own call tokens are what mark a call it meant to make. Returns an empty list for
     None, or reasoning without a call.
     """
-    if not reasoning:
+    if not reasoning or not any(map(reasoning.__contains__, _SCREEN)):
         return []
     return _marked(reasoning)
 
 
 def _marked(text: str) -> list[LeakedCall]:
-    if not any(map(text.__contains__, _SCREEN)):
-        return []
+    """The marked calls in `text`, which holds one of `_SCREEN` (the callers screen it, so
+    that prose costs no call)."""
     due: dict[LeakFormat, None] = {}
     for gate, families in _PLAN:
         if gate is not None and gate not in text:

@@ -341,12 +341,15 @@ def written_calls(
         raw = message.get("tool_calls")
         calls = raw if isinstance(raw, list) else []
     content = message.get("content")
-    answer = content if isinstance(content, str) else None
-    found = [(leak, False) for leak in find_leaked_calls(answer)]
+    # Most answers leak nothing: no list is built for them (a comprehension is a call).
+    leaks = find_leaked_calls(content) if isinstance(content, str) else None
+    found = [(leak, False) for leak in leaks] if leaks else []
     for key in REASONING_FIELDS:
         reasoning = message.get(key)
-        if isinstance(reasoning, str):
-            found += [(leak, True) for leak in find_leaked_calls_in_reasoning(reasoning)]
+        if isinstance(reasoning, str) and (leaks := find_leaked_calls_in_reasoning(reasoning)):
+            found += [(leak, True) for leak in leaks]
+    if not found:
+        return found
     return [(leak, where) for leak, where in found if not _echoes_a_parsed_call(leak, calls)]
 
 

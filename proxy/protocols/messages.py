@@ -85,12 +85,12 @@ class MessagesProtocol(Adapter):
         )
 
     def read(self, data: Any, upstream: str) -> Reply:
-        if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+        content = data.get("content") if isinstance(data, dict) else None
+        if not isinstance(content, list):
             raise UpstreamProtocolError(
                 f"upstream '{upstream}' answered 200 with a body that is not a Messages message"
             )
-        message = read_message(data["content"])
-        return Reply(data, [Choice(0, message, finish_of(data.get("stop_reason")))])
+        return Reply(data, [Choice(0, read_message(content), finish_of(data.get("stop_reason")))])
 
     def write(
         self, reply: Reply, settled: Sequence[Settled], usage: Mapping[str, Any] | None
@@ -201,7 +201,12 @@ def session_hints(body: Mapping[str, Any]) -> SessionHints:
     Code writes a JSON string there), else that user id as the `user`; the fingerprint of the
     model, the first system text and the first user text."""
     metadata = body.get("metadata")
-    user_id = metadata.get("user_id") if isinstance(metadata, Mapping) else None
+    # Most bodies have no metadata: None is told without the ABC's instance check.
+    user_id = (
+        metadata.get("user_id")
+        if metadata is not None and (type(metadata) is dict or isinstance(metadata, Mapping))
+        else None
+    )
     declared, user = None, user_id
     if isinstance(user_id, str) and user_id.startswith("{"):
         inner = _json_object(user_id)
@@ -213,12 +218,14 @@ def session_hints(body: Mapping[str, Any]) -> SessionHints:
             first_user = message.get("content")
             break
     model = body.get("model")
+    # Positional: the named tuple's keyword arguments cost a third of its making.
     return SessionHints(
         (model if isinstance(model, str) else "", body.get("system"), first_user),
-        declared=declared,
-        declared_param="metadata.user_id",
-        user=user,
-        read=_blocks_text,
+        declared,
+        "metadata.user_id",
+        None,
+        user,
+        _blocks_text,
     )
 
 
@@ -264,6 +271,12 @@ def _blocks_text(content: object) -> str:
         return content
     if not isinstance(content, list):
         return content_text(content)
+    if len(content) == 1:  # a user turn of one text block, the most usual: no iterators made
+        block = content[0]
+        if type(block) is dict and block.get("type") == "text":
+            text = block.get("text")
+            if type(text) is str:
+                return text
     try:  # the usual case, in C: every block a text block whose text is a string
         if all(map(operator.eq, map(_GET, content, _TYPE), _TEXT)):
             return "".join(map(_GET, content, _TEXT))
@@ -363,6 +376,8 @@ def content_blocks(message: Message) -> list[dict[str, Any]]:
 
 def finish_of(stop_reason: object) -> str:
     """A `stop_reason` as the guard's finish."""
+    if type(stop_reason) is str:
+        return _STOP_REASONS.get(stop_reason, "stop")
     return _STOP_REASONS.get(str(stop_reason), "stop")
 
 
