@@ -430,23 +430,27 @@ def reask_turns(
 # -- the stream ----------------------------------------------------------------------------------
 
 
+# A stream's texts are kept as their pieces and joined once: `+=` on an attribute copies the
+# whole text at every delta, quadratic in a long answer, thought or `Write` input.
+
+
 @dataclass(slots=True)
 class _HeldCall:
     id: object
     name: object
-    arguments: str = ""
+    arguments: list[str] = field(default_factory=list)  # the input's JSON text, in pieces
 
 
 @dataclass(slots=True)
 class _Thought:
     block: dict[str, Any]
-    text: str = ""
+    text: list[str]  # the thinking, in pieces
     signature: str | None = None
 
     def whole(self) -> dict[str, Any]:
         if self.block.get("type") != "thinking":
             return self.block
-        return {**self.block, "thinking": self.text, "signature": self.signature or ""}
+        return {**self.block, "thinking": "".join(self.text), "signature": self.signature or ""}
 
 
 @dataclass(slots=True)
@@ -456,8 +460,7 @@ class MessagesAssembly:
     done: bool = False
     response_id: None = None  # Messages do not chain
     _started: bool = False
-    _text: list[str] = field(default_factory=list)
-    _sent_text: str = ""
+    _text: list[str] = field(default_factory=list)  # the text passed to the client, in pieces
     _held: dict[int, _HeldCall] = field(default_factory=dict)  # upstream index → call
     _passed: dict[int, int] = field(default_factory=dict)  # upstream index → client index
     _thoughts: dict[int, _Thought] = field(default_factory=dict)
@@ -506,13 +509,12 @@ class MessagesAssembly:
             self._held[upstream] = _HeldCall(block.get("id"), block.get("name"))
             start_input = block.get("input")
             if start_input not in (None, {}):
-                self._held[upstream].arguments = arguments_text(start_input)
+                self._held[upstream].arguments.append(arguments_text(start_input))
             return []
         if block.get("type") in _THINKING:
-            self._thoughts[upstream] = _Thought(dict(block), str(block.get("thinking") or ""))
+            self._thoughts[upstream] = _Thought(dict(block), [str(block.get("thinking") or "")])
         if block.get("type") == "text" and isinstance(block.get("text"), str):
             self._text.append(block["text"])
-            self._sent_text += block["text"]
         return [self._pass(upstream, data)]
 
     def _block_event(self, data: dict[str, Any]) -> list[bytes]:
@@ -523,7 +525,7 @@ class MessagesAssembly:
         delta = data.get("delta")
         if held is not None:
             if isinstance(delta, dict) and delta.get("type") == "input_json_delta":
-                held.arguments += str(delta.get("partial_json") or "")
+                held.arguments.append(str(delta.get("partial_json") or ""))
             return []
         if upstream not in self._passed:
             raise UpstreamProtocolError(
@@ -532,19 +534,21 @@ class MessagesAssembly:
         if isinstance(delta, dict):
             if delta.get("type") == "text_delta":
                 self._text.append(str(delta.get("text") or ""))
-                self._sent_text += str(delta.get("text") or "")
             thought = self._thoughts.get(upstream)
             if thought is not None and delta.get("type") == "thinking_delta":
-                thought.text += str(delta.get("thinking") or "")
+                thought.text.append(str(delta.get("thinking") or ""))
             elif thought is not None and delta.get("type") == "signature_delta":
                 thought.signature = str(delta.get("signature") or "")
         return [self._pass(upstream, data)]
 
     def _pass(self, upstream: int, data: dict[str, Any]) -> bytes:
-        if upstream not in self._passed:
-            self._passed[upstream] = self._next_index
+        index = self._passed.get(upstream)
+        if index is None:
+            index = self._passed[upstream] = self._next_index
             self._next_index += 1
-        return sse_event({**data, "index": self._passed[upstream]})
+        if index == upstream and type(upstream) is int:  # the usual case: the event as it came
+            return sse_event(data)
+        return sse_event({**data, "index": index})
 
     def take_finished(self) -> list[Choice]:
         if not self._finished or self._taken:
@@ -554,7 +558,7 @@ class MessagesAssembly:
             {
                 "id": call.id,
                 "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments or "{}"},
+                "function": {"name": call.name, "arguments": "".join(call.arguments) or "{}"},
             }
             for _, call in sorted(self._held.items())
         ]
@@ -569,14 +573,10 @@ class MessagesAssembly:
         self._released = True
         out: list[bytes] = []
         content = settled.message.get("content")
-        if (
-            isinstance(content, str)
-            and content.startswith(self._sent_text)
-            and content != self._sent_text
-        ):
+        sent = "".join(self._text)
+        if isinstance(content, str) and content.startswith(sent) and content != sent:
             out += [
-                sse_event(e)
-                for e in wire.text_events(content[len(self._sent_text) :], self._next_index, None)
+                sse_event(e) for e in wire.text_events(content[len(sent) :], self._next_index, None)
             ]
             self._next_index += 1
         for call in settled.message.get("tool_calls") or []:

@@ -308,6 +308,50 @@ def test_a_stream_ending_with_done_after_its_message_delta_is_complete() -> None
     assert b"message_stop" in assembly.end()
 
 
+def test_a_block_after_a_held_call_passes_under_the_next_client_index() -> None:
+    assembly = PROTOCOL.assembly(BODY)
+    text, call, more = (
+        {"type": "text", "text": ""},
+        {"type": "tool_use", "id": "t1", "name": "Bash", "input": {}},
+        {"type": "text", "text": "after"},
+    )
+    passed: list[bytes] = []
+    for event in [
+        {"type": "message_start", "message": {"id": "msg_1", "content": []}},
+        {"type": "content_block_start", "index": 0, "content_block": text},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": call},
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": '{"command": "ls"}'},
+        },
+        {"type": "content_block_stop", "index": 1},
+        {"type": "content_block_start", "index": 2, "content_block": more},
+        {"type": "content_block_stop", "index": 2},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}},
+    ]:
+        passed += assembly.add(_event(event))
+    (choice,) = assembly.take_finished()
+    passed += assembly.release(Settled(0, choice.message, choice.finish_reason, False))
+    blocks = [
+        (e.payload["type"], e.payload["index"])
+        for e in _decode(b"".join(passed))
+        if e.payload and "index" in e.payload
+    ]
+    # The held call is sent last: the text after it moves up to index 1, the call takes 2.
+    assert blocks == [
+        ("content_block_start", 0),
+        ("content_block_stop", 0),
+        ("content_block_start", 1),
+        ("content_block_stop", 1),
+        ("content_block_start", 2),
+        ("content_block_delta", 2),
+        ("content_block_stop", 2),
+    ]
+    assert choice.message["tool_calls"][0]["function"]["arguments"] == '{"command": "ls"}'
+
+
 def _call(name: str, arguments: str, call_id: str = "t1") -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
