@@ -238,12 +238,18 @@ class ChatBodyParser:
 
 
 def _find(raw: bytes, resent: _Resent) -> _Splice | None:
-    """The first candidate value of `resent`'s key whose bytes it remembers."""
-    for start in _value_starts(raw, resent.token):
-        entry = resent.memory.at(raw, start)
-        if entry is not None:
-            return (start, start + len(entry.raw), resent, entry)
-    return None
+    """The remembered value of `resent`'s key where that key first occurs as a key, or None.
+
+    The first occurrence only: a body whose value there is not a remembered one (a `system`
+    given as a string, a new array) would otherwise be searched to its end on every request
+    (a 7 kB body 4 µs, a 75 kB one 60 µs), and a nested key before the top-level one costs no
+    more than the splice, as `_put_back` then refuses it and the body is parsed whole.
+    """
+    start = _first_value(raw, resent.token)
+    if start is None or raw[start] != _BRACKET:
+        return None
+    entry = resent.memory.at(raw, start)
+    return None if entry is None else (start, start + len(entry.raw), resent, entry)
 
 
 def _parse_around(raw: bytes, markers: list[tuple[int, int, bytes]]) -> dict[str, Any] | None:
@@ -279,20 +285,39 @@ def _value_starts(raw: bytes, token: bytes) -> Iterator[int]:
 
     Candidates only: one may be a nested key, or text inside a string.
     """
-    found, end = 0, len(raw)
+    found = 0
     at = raw.find(token)
     while at >= 0 and found < MAX_CANDIDATES:
-        i = at + len(token)
-        while i < end and raw[i] in _BLANKS:
-            i += 1
-        if i < end and raw[i] == _COLON:
-            i += 1
-            while i < end and raw[i] in _BLANKS:
-                i += 1
-            if i < end and raw[i] == _BRACKET:
-                found += 1
-                yield i
+        i = _after_key(raw, at + len(token))
+        if i is not None and raw[i] == _BRACKET:
+            found += 1
+            yield i
         at = raw.find(token, at + 1)
+
+
+def _first_value(raw: bytes, token: bytes) -> int | None:
+    """Where the value of the first occurrence of `token` as a key starts (a candidate, as in
+    `_value_starts`), None when the token is never followed by `:`."""
+    at = raw.find(token)
+    while at >= 0:
+        i = _after_key(raw, at + len(token))
+        if i is not None:
+            return i
+        at = raw.find(token, at + 1)
+    return None
+
+
+def _after_key(raw: bytes, i: int) -> int | None:
+    """The start of the value when JSON blanks, `:` and blanks follow position `i`, else None."""
+    end = len(raw)
+    while i < end and raw[i] in _BLANKS:
+        i += 1
+    if i >= end or raw[i] != _COLON:
+        return None
+    i += 1
+    while i < end and raw[i] in _BLANKS:
+        i += 1
+    return i if i < end else None
 
 
 def _value_at(raw: bytes, start: int, *, ascii_only: bool) -> bytes | None:
