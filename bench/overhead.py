@@ -26,7 +26,12 @@ direct of the same round): each target in turn runs every workload back to back,
 ratio goal compares next to each other, so that those ratios compare runs seconds apart. Then, for
 each workload and target, concurrency 64 (requests/s and p99) and on the small bodies a streamed
 request's time to first token. Target order rotates from round to round, the c1 workload order
-reverses every other round. The proxies not being
+reverses every other round. The latency ratio goals (Responses and Messages against chat on the
+same body size) come from a measurement of their own, once a round: a small keep-alive client
+sends one request to toolsentry and one to direct on each workload compared, in turn (the order
+rotating), `--interleaved-requests` of each, so that the two workloads of a ratio are measured
+milliseconds apart; its latencies include the client's own time (in direct's too, so not in
+what is added). The proxies not being
 measured are stopped (SIGSTOP) so an idle one cannot steal the core. The goals of the issues are
 printed last, each as the median (min–max) over rounds of a figure computed round by round.
 
@@ -89,6 +94,7 @@ SECTION_BEGIN = "<!-- overhead.py:begin -->"
 SECTION_END = "<!-- overhead.py:end -->"
 HIGH_CONCURRENCY = 64
 TTFT_REQUESTS = 300
+INTERLEAVED_REQUESTS = 1000
 
 # The goals this benchmark reports against (tests never time anything).
 GOAL_ADDED_P50_MS = 0.6
@@ -405,6 +411,7 @@ class Sample:
     c1: dict[str, float]
     c64: dict[str, float]
     ttft: dict[str, Any]
+    interleaved: dict[str, float] = field(default_factory=dict)  # `p50_us`, see measure_interleaved
 
 
 @dataclass
@@ -674,6 +681,15 @@ def measure(args: argparse.Namespace) -> tuple[Results, dict[str, Any]]:
                         outcome.ttft_note = f"streaming skipped: {probe['error'][:160]}"
             for round_ in range(args.rounds):
                 c1 = measure_c1(running, results, workloads, bodies, args, placement, round_)
+                paired = measure_interleaved(running, workloads, bodies, args, round_)
+                if paired:
+                    console.print(
+                        f"  round {round_ + 1}/{args.rounds} c1 interleaved, p50 ms: "
+                        + ", ".join(
+                            f"{w} {name} {values['p50_us'] / 1000:.3f}"
+                            for (w, name), values in paired.items()
+                        )
+                    )
                 for w in workloads:
                     order = [name for name in results[w.name] if name in running]
                     shift = round_ % len(order)
@@ -682,7 +698,7 @@ def measure(args: argparse.Namespace) -> tuple[Results, dict[str, Any]]:
                         c64, ttft = measure_load(
                             running[name], w, bodies[w.name], outcome, args, placement
                         )
-                        sample = Sample(c1[w.name, name], c64, ttft)
+                        sample = Sample(c1[w.name, name], c64, ttft, paired.get((w.name, name), {}))
                         outcome.samples.append(sample)
                         console.print(
                             f"  round {round_ + 1}/{args.rounds} {w.name:14} {name:20}"
@@ -728,6 +744,104 @@ def measure_c1(
         finally:
             server.pause()
     return out
+
+
+RATIO_GOALS = (
+    ("responses", "chat", "Responses"),
+    ("messages", "chat", "Messages, small body"),
+    ("messages-large", "chat-large", "Messages, 75 kB body"),
+)
+"""The latency ratio goals: (workload, the chat workload it is compared with, label)."""
+
+
+class KeepAlive:
+    """One keep-alive HTTP/1.1 connection that POSTs the same body again and again: the
+    interleaved latency client (a request written in one call, an answer framed by its
+    Content-Length, nothing parsed beyond the head)."""
+
+    def __init__(self, port: int, route: str, body: bytes) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        head = (
+            f"POST {route} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        self.request = head.encode() + body
+        self.route = route
+
+    def post(self) -> float:
+        """One request; its latency in µs, from before the write to the answer's last byte."""
+        sock = self.sock
+        start = time.perf_counter()
+        sock.sendall(self.request)
+        data = b""
+        while (end := data.find(b"\r\n\r\n")) < 0:
+            data += self._recv()
+        head = data[:end].decode("latin-1").lower()
+        length = next(
+            (int(line[15:]) for line in head.split("\r\n") if line.startswith("content-length:")),
+            None,
+        )
+        if length is None:
+            raise RuntimeError(f"{self.route}: an answer without a Content-Length: {head[:200]}")
+        while len(data) - end - 4 < length:
+            data += self._recv()
+        elapsed = (time.perf_counter() - start) * 1e6
+        if not head.startswith("http/1.1 200"):
+            raise RuntimeError(f"{self.route} answered {head[:200]!r}")
+        return elapsed
+
+    def _recv(self) -> bytes:
+        chunk = self.sock.recv(1 << 16)
+        if not chunk:
+            raise RuntimeError(f"{self.route}: the server closed the connection")
+        return chunk
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def measure_interleaved(
+    running: dict[str, Server],
+    workloads: Sequence[Workload],
+    bodies: dict[str, tuple[Path, Path]],
+    args: argparse.Namespace,
+    round_: int,
+) -> dict[tuple[str, str], dict[str, float]]:
+    """The c1 latency the ratio goals compare, by (workload, target): toolsentry and direct on
+    every workload of a ratio goal, one request to each in turn (the order rotating), so that
+    the workloads compared are measured milliseconds apart and what a shared machine's drift
+    does to one it does to the other. `p50_us` of `--interleaved-requests` each."""
+    names = {w.name for w in workloads}
+    chosen = [
+        w
+        for w in workloads
+        if any(w.name in pair[:2] and {pair[0], pair[1]} <= names for pair in RATIO_GOALS)
+    ]
+    server = running.get("toolsentry")
+    if server is None or not chosen or args.interleaved_requests <= 0:
+        return {}
+    direct = running["direct"]
+    server.resume()
+    clients: dict[tuple[str, str], KeepAlive] = {}
+    try:
+        for w in chosen:
+            body = bodies[w.name][0].read_bytes()
+            for target in (server, direct):
+                clients[w.name, target.name] = KeepAlive(target.port, w.route, body)
+        keys = list(clients)
+        for key in keys * 20:  # warm-up
+            clients[key].post()
+        latencies: dict[tuple[str, str], list[float]] = {key: [] for key in keys}
+        for i in range(args.interleaved_requests):
+            shift = (i + round_) % len(keys)
+            for key in keys[shift:] + keys[:shift]:
+                latencies[key].append(clients[key].post())
+    finally:
+        for client in clients.values():
+            client.close()
+        server.pause()
+    return {key: {"p50_us": statistics.median(values)} for key, values in latencies.items()}
 
 
 def measure_load(
@@ -1067,18 +1181,14 @@ def issue_goals(results: Results) -> list[list[str]]:
 
     ts = "toolsentry"
     chat_added = _added_rounds(results, "chat", ts)
-    for workload, versus, label in (
-        ("responses", "chat", "Responses"),
-        ("messages", "chat", "Messages, small body"),
-        ("messages-large", "chat-large", "Messages, 75 kB body"),
-    ):
+    for workload, versus, label in RATIO_GOALS:
         ratio_rounds = _paired(
-            _added_rounds(results, workload, ts),
-            _added_rounds(results, versus, ts) if versus != "chat" else chat_added,
+            _added_rounds(results, workload, ts, "interleaved"),
+            _added_rounds(results, versus, ts, "interleaved"),
             lambda x, y: x / y,
         )
         goal(
-            f"{label}: added c1 p50 ÷ chat's on the same body size",
+            f"{label}: added c1 p50 ÷ chat's on the same body size (requests interleaved)",
             ratio_rounds,
             times,
             f"≤ {GOAL_PROTOCOL_ADDED:.1f}×",
@@ -1283,6 +1393,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--skip-litellm", action="store_true", help="do not install or run LiteLLM")
     parser.add_argument("--ttft-requests", type=int, default=TTFT_REQUESTS)
+    parser.add_argument(
+        "--interleaved-requests",
+        type=int,
+        default=INTERLEAVED_REQUESTS,
+        help="requests to toolsentry and direct per workload and round for the latency ratio "
+        f"goals, one to each in turn (0: none) [{INTERLEAVED_REQUESTS}]",
+    )
     parser.add_argument(
         "--profile", action="store_true", help="py-spy flame graphs into bench/profiles/"
     )
