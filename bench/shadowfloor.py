@@ -47,6 +47,7 @@ import uvloop
 from bench.asgi import Driver
 from bench.bodies import request_body
 from bench.fake_upstream import completion
+from bench.overhead import load_average
 from bench.tracing import free_port, wait_port
 from proxy.app import create_app
 from proxy.config import Settings, UpstreamConfig
@@ -243,12 +244,6 @@ def report(out: dict[str, list[float]], argv: list[str], load: tuple[str, str], 
         "",
     ]
     return "\n".join(lines)
-
-
-def load_average() -> str:
-    with contextlib.suppress(OSError):
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -376,9 +376,8 @@ def content_blocks(message: Message) -> list[dict[str, Any]]:
 
 def finish_of(stop_reason: object) -> str:
     """A `stop_reason` as the guard's finish."""
-    if type(stop_reason) is str:
-        return _STOP_REASONS.get(stop_reason, "stop")
-    return _STOP_REASONS.get(str(stop_reason), "stop")
+    key = stop_reason if type(stop_reason) is str else str(stop_reason)  # str() only when needed
+    return _STOP_REASONS.get(key, "stop")
 
 
 def stop_reason_of(finish: str | None, upstream: object = None) -> str:
