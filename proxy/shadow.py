@@ -381,6 +381,10 @@ class Shadow:
             task.uncancel()
             self._failed(request, "timeout")
             return
+        self._answered(request, decision, reply)
+
+    def _answered(self, request: ShadowRequest, decision: Decision, reply: Any) -> None:
+        """Count the pair of the primary's decision and the reference's (`reply` its answer)."""
         pair = Pair.between(request.primary, decision)
         self._count_metrics(request, pair)
         fixed, names = pair_counts(pair)
