@@ -138,6 +138,7 @@ class Exchange:
         "_paused",
         "_size",
         "_waiter",
+        "_whole",
         "complete",
         "got_bytes",
         "head_only",
@@ -161,6 +162,7 @@ class Exchange:
         self._waiter: asyncio.Future[None] | None = None
         self._decoder: zlib._Decompress | None = None
         self._ends_at_close = False
+        self._whole = False  # read whole: nothing takes pieces before the end, so no back-pressure
 
     # -- the reader's side
 
@@ -173,6 +175,10 @@ class Exchange:
 
     async def read(self) -> bytes:
         """The whole body. Raises what ended the exchange before its end."""
+        self._whole = True
+        if self._paused:
+            self._paused = False
+            self._connection.resume()
         while not self.complete:
             if self._error is not None:
                 raise self._error
@@ -251,7 +257,7 @@ class Exchange:
                 return
         self._chunks.append(body)
         self._size += len(body)
-        if self._size > _HIGH_WATER and not self._paused:
+        if self._size > _HIGH_WATER and not self._paused and not self._whole:
             self._paused = True
             self._connection.pause()
         self._wake()

@@ -334,3 +334,18 @@ async def _echo_forever(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
     while await read_request(reader):
         writer.write(reply(b'{"ok":1}'))
         await writer.drain()
+
+
+async def test_a_body_read_whole_is_not_held_back_by_the_streams_back_pressure() -> None:
+    # A non-streamed answer far above the stream's high-water mark (logprobs make such bodies):
+    # read whole, nothing consumes its pieces until the end, so the socket must keep being read.
+    payload = b'{"x":"' + b"a" * (3 << 20) + b'"}'
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(reply(payload))
+        await writer.drain()
+
+    async with Server(handler).running(timeout=5) as upstream:
+        response = await upstream.request("POST", "x", body=b"{}", headers={})
+    assert response.body == payload
