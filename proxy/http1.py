@@ -13,11 +13,17 @@ this module keeps only the part the proxy needs:
   an `Exchange` whose `head()` is the status and headers and whose body is read whole (`read()`) or
   chunk by chunk (`chunks()`); `Pool.release()` gives the connection back when the body was read to
   its end and the server keeps it alive, and closes it otherwise.
+- `Pool.deliver()` sends a request on an idle connection (`Pool.idle_connection()`) with no task
+  waiting for it: the response, read whole, goes to a callback (`Delivery`), from the
+  connection's own callbacks.
 - A connection idle for longer than `keepalive` is closed instead of reused (below the server's own
   keep-alive, so a request never goes out on a connection the server is closing); a reused
   connection the server closed before answering a byte is replaced once by a new one.
-- `read_timeout` bounds the silence between two reads, as a socket read timeout does; a stream
-  whose reader falls behind stops reading the socket (back-pressure) rather than buffering.
+- `read_timeout` bounds the silence between two reads, as a socket read timeout does: one timer
+  per pool sweeps the busy connections a few times per timeout (a silence is caught within a
+  quarter of the timeout, at most a second, after it), where a timer per request cost a tenth of
+  a request's instructions in the exchange. A stream whose reader falls behind stops reading the
+  socket (back-pressure) rather than buffering, and its silence does not count meanwhile.
 - gzip and deflate bodies are decoded (the proxy asks for neither; a server may send them anyway).
 
 Errors, all translated into the proxy's `Upstream*` errors by `proxy.upstream`:
@@ -35,7 +41,7 @@ import asyncio
 import ssl
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
@@ -280,6 +286,48 @@ class Exchange:
         return self._headed and self._ends_at_close
 
 
+class Delivery(Exchange):
+    """An exchange read whole whose reader is a callback: `done(delivery)` is called once, from
+    the connection's callbacks, when the response is complete or has failed (`error`), where an
+    `Exchange` wakes a task that awaits it — no task and no future per response.
+
+    Made by `Pool.deliver`; `done` hands it back with `Pool.release` (or its caller does, after
+    `abandon`).
+    """
+
+    __slots__ = ("_done",)
+
+    def __init__(
+        self,
+        connection: Connection,
+        loop: asyncio.AbstractEventLoop,
+        done: Callable[[Delivery], None],
+    ) -> None:
+        super().__init__(connection, loop, head_only=False)
+        self._whole = True
+        self._done: Callable[[Delivery], None] | None = done
+
+    @property
+    def error(self) -> BaseException | None:
+        """What ended the exchange before the response's end (None when it is complete)."""
+        return self._error
+
+    def body(self) -> bytes:
+        """The body as received (whole once `complete`)."""
+        return b"".join(self._chunks)
+
+    def abandon(self) -> None:
+        """Never call `done`: its caller gave up on the response."""
+        self._done = None
+
+    def _wake(self) -> None:
+        if not self.complete and self._error is None:
+            return
+        done, self._done = self._done, None
+        if done is not None:
+            done(self)
+
+
 class Connection(asyncio.Protocol):
     """One keep-alive connection: at most one exchange at a time, its response fed to httptools."""
 
@@ -289,7 +337,6 @@ class Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
         self._exchange: Exchange | None = None
-        self._timer: asyncio.TimerHandle | None = None
         self._last_read = 0.0
         self.closed = False
         self.reusable = True
@@ -324,7 +371,7 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.reusable = False
-        self._cancel_timer()
+        self._pool.unwatch(self)
         exchange = self._exchange
         if exchange is not None and not exchange.complete:
             if exchange.ends_at_close and exc is None:
@@ -356,7 +403,7 @@ class Connection(asyncio.Protocol):
         if exchange.head_only:  # no body follows a HEAD's response, whatever its length says
             self.reusable = False
             exchange.on_message_complete()
-            self._cancel_timer()
+            self._pool.unwatch(self)
 
     def on_body(self, body: bytes) -> None:
         if self._exchange is not None:
@@ -369,50 +416,43 @@ class Connection(asyncio.Protocol):
         if not self._parser.should_keep_alive():
             self.reusable = False
         exchange.on_message_complete()
-        self._cancel_timer()
+        self._pool.unwatch(self)
 
     # -- the pool's side
 
-    def send(self, head: bytes, body: bytes | None, exchange: Exchange, timeout: float) -> None:
+    def send(self, head: bytes, body: bytes | None, exchange: Exchange) -> None:
         """Write the request and expect its response into `exchange`."""
         transport = self._transport
         assert transport is not None
         self._exchange = exchange
         self._last_read = self._loop.time()
-        self._timer = self._loop.call_at(self._last_read + timeout, self._check_silence, timeout)
+        self._pool.watch(self)
         if body:
             transport.writelines((head, body))
         else:
             transport.write(head)
 
-    def _check_silence(self, timeout: float) -> None:
+    def check_silence(self, now: float, timeout: float) -> bool:
+        """The pool's sweep: fail the exchange when the server has been silent for `timeout`
+        seconds; whether the connection is still to be watched."""
         exchange = self._exchange
-        self._timer = None
         if exchange is None or exchange.complete:
-            return
+            return False
         if exchange.paused:  # the reader is behind, not the server: wait for the reader
-            self._timer = self._loop.call_later(timeout, self._check_silence, timeout)
-            return
-        silent = self._loop.time() - self._last_read
-        if silent < timeout:
-            self._timer = self._loop.call_at(
-                self._last_read + timeout, self._check_silence, timeout
-            )
-            return
+            self._last_read = now
+            return True
+        if now - self._last_read < timeout:
+            return True
         exchange._fail(TimeoutError(f"no data from the server for {timeout:g} s"))
         self.reusable = False
         self.close()
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        return False
 
     def done_with(self, exchange: Exchange) -> bool:
         """End `exchange` on this connection; whether the connection may serve another."""
         if self._exchange is exchange:
             self._exchange = None
-        self._cancel_timer()
+        self._pool.unwatch(self)
         if not exchange.complete:
             self.reusable = False
         return self.reusable and not self.closed
@@ -462,6 +502,10 @@ class Pool:
         self.host = origin.host_header
         self._idle: list[Connection] = []
         self._open = 0  # connections being made, busy or idle
+        # Connections awaiting a response, and the timer of the sweep that checks their silence.
+        self._busy: set[Connection] = set()
+        self._sweep: asyncio.TimerHandle | None = None
+        self._tick = min(read_timeout / 4, 1.0)
         self._waiters: deque[asyncio.Future[None]] = deque()
         self.closed = False
 
@@ -481,6 +525,36 @@ class Pool:
         head = encode_head(method, target, self.host, headers, None if body is None else len(body))
         return self._send(await self._connection(), method, head, body)
 
+    def idle_connection(self) -> Connection | None:
+        """An idle connection to send a request on with `deliver` (None: none is idle)."""
+        if self.closed:
+            raise RuntimeError("the upstream's connection pool is closed")
+        return self._idle_connection()
+
+    def deliver(
+        self,
+        connection: Connection,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        done: Callable[[Delivery], None],
+    ) -> Delivery:
+        """Send a request on `connection` (from `idle_connection`), its response read whole into
+        `done` (see `Delivery`).
+
+        Raises ValueError for a header with a line break (the connection stays idle).
+        """
+        try:
+            length = None if body is None else len(body)
+            head = encode_head(method, target, self.host, headers, length)
+        except ValueError:
+            self._idle.append(connection)
+            raise
+        delivery = Delivery(connection, self.loop, done)
+        connection.send(head, body, delivery)
+        return delivery
+
     async def retry_fresh(
         self, connection: Connection, exchange: Exchange, method: str, target: str,
         headers: Mapping[str, str], body: bytes | None,
@@ -496,8 +570,27 @@ class Pool:
     ) -> tuple[Connection, Exchange]:
         # A HEAD's response has no body whatever its length says.
         exchange = Exchange(connection, self.loop, head_only=method == "HEAD")
-        connection.send(head, body, exchange, self.read_timeout)
+        connection.send(head, body, exchange)
         return connection, exchange
+
+    def watch(self, connection: Connection) -> None:
+        """Check `connection`'s silence from now on (it sent a request)."""
+        self._busy.add(connection)
+        if self._sweep is None:
+            self._sweep = self.loop.call_later(self._tick, self._check_silences)
+
+    def unwatch(self, connection: Connection) -> None:
+        """Stop checking `connection`'s silence (its response ended, or it closed)."""
+        self._busy.discard(connection)
+
+    def _check_silences(self) -> None:
+        self._sweep = None
+        now = self.loop.time()
+        for connection in list(self._busy):
+            if not connection.check_silence(now, self.read_timeout):
+                self._busy.discard(connection)
+        if self._busy:
+            self._sweep = self.loop.call_later(self._tick, self._check_silences)
 
     def release(self, connection: Connection, exchange: Exchange) -> None:
         """Done with `exchange`: its connection back to the pool if reusable, else closed."""
@@ -509,6 +602,9 @@ class Pool:
         self._wake_one()
 
     async def _connection(self) -> Connection:
+        return self._idle_connection() or await self._new_connection()
+
+    def _idle_connection(self) -> Connection | None:
         now = self.loop.time()
         while self._idle:
             connection = self._idle.pop()
@@ -516,7 +612,7 @@ class Pool:
                 connection.reused = True
                 return connection
             connection.close()  # idle too long, or closed by the server meanwhile
-        return await self._new_connection()
+        return None
 
     async def _new_connection(self) -> Connection:
         if self.closed:
@@ -575,6 +671,9 @@ class Pool:
     async def close(self) -> None:
         """Close every connection; a busy one closes when it is released."""
         self.closed = True
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()

@@ -10,6 +10,7 @@ pool was slower still: bench/RESULTS.md). Every exception of the pool, the socke
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import socket
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
@@ -36,9 +37,18 @@ from proxy.errors import (
     UpstreamStatusError,
     UpstreamTimeoutError,
 )
-from proxy.http1 import BrokenOff, ClosedEarly, Connection, Exchange, InvalidResponse, Origin, Pool
+from proxy.http1 import (
+    BrokenOff,
+    ClosedEarly,
+    Connection,
+    Delivery,
+    Exchange,
+    InvalidResponse,
+    Origin,
+    Pool,
+)
 from proxy.tracing import CURRENT as CURRENT_TRACE
-from proxy.tracing import AttemptSpan
+from proxy.tracing import AttemptSpan, RequestTrace
 
 RETRYABLE_STATUS = frozenset({502, 503, 504})
 _MAX_CACHED_URLS = 64
@@ -320,6 +330,37 @@ class HttpUpstream:
             raise _Retryable(response)
         return response
 
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        done: Callable[[Sent, UpstreamResponse | UpstreamError], None],
+        trace: RequestTrace | None = None,
+    ) -> Sent | None:
+        """Send one request with no task waiting for it: on an idle pooled connection, its
+        response read whole and handed to `done(sent, response)` — or the UpstreamError it ended
+        in — from the event loop's callbacks, once. None, with nothing sent, when no connection is idle (`request`
+        makes one). `trace`: the request's trace the try is a span of.
+
+        No retries, as `request` with `retries=0`: a 502/503/504 is handed over as it is; a
+        reused connection the server closed before answering a byte is replaced once.
+        """
+        pool = self.pool()
+        connection = pool.idle_connection()
+        if connection is None:
+            return None
+        url = self._url(path)
+        sent_headers = self._headers(headers, body is not None)
+        attempt: AttemptSpan | None = None
+        if trace is not None:  # a span for the try, and its traceparent for the upstream
+            attempt = trace.upstream_try(self.name, url[0], sent_headers)
+        sent = Sent(self, pool, connection, method, url, body, sent_headers, done, trace, attempt)
+        sent.delivery = pool.deliver(connection, method, url[1], sent_headers, body, sent.delivered)
+        return sent
+
     @asynccontextmanager
     async def stream(
         self, path: str, *, body: bytes | None, headers: Mapping[str, str], method: str = "POST"
@@ -412,6 +453,120 @@ class HttpUpstream:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+
+class Sent:
+    """A request `HttpUpstream.send` sent: its answer goes to a callback, once (see there)."""
+
+    __slots__ = (
+        "_attempt",
+        "_body",
+        "_done",
+        "_headers",
+        "_method",
+        "_pool",
+        "_start",
+        "_task",
+        "_trace",
+        "_upstream",
+        "_url",
+        "connection",
+        "delivery",
+    )
+
+    def __init__(
+        self,
+        upstream: HttpUpstream,
+        pool: Pool,
+        connection: Connection,
+        method: str,
+        url: tuple[str, str],
+        body: bytes | None,
+        headers: dict[str, str],
+        done: Callable[[Sent, UpstreamResponse | UpstreamError], None],
+        trace: RequestTrace | None,
+        attempt: AttemptSpan | None,
+    ) -> None:
+        self._upstream = upstream
+        self._pool = pool
+        self._method = method
+        self._url = url
+        self._body = body
+        self._headers = headers
+        self._done: Callable[[Sent, UpstreamResponse | UpstreamError], None] | None = done
+        self._trace = trace
+        self._attempt = attempt
+        self._start = time.perf_counter()
+        self._task: asyncio.Task[None] | None = None
+        self.connection = connection
+        self.delivery: Delivery | None = None
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The task sending the request again, when the first connection closed unanswered."""
+        return self._task
+
+    def cancel(self) -> None:
+        """Give up on the answer: the callback is never called, the connection is closed."""
+        self._done = None
+        if self._task is not None:
+            self._task.cancel()
+        delivery, self.delivery = self.delivery, None
+        if delivery is not None:
+            delivery.abandon()
+            self._pool.release(self.connection, delivery)  # not read to its end: closed
+            self._finish(error="CancelledError")
+
+    def delivered(self, delivery: Delivery) -> None:
+        """The connection's callback: the response is complete, or failed."""
+        connection = self.connection
+        self.delivery = None
+        self._pool.release(connection, delivery)
+        error = delivery.error
+        if error is None:
+            self._finish(status=delivery.status)
+            elapsed = time.perf_counter() - self._start
+            self._report(
+                UpstreamResponse(delivery.status, delivery.headers, delivery.body(), elapsed)
+            )
+            return
+        self._finish(error=error.__class__.__name__)
+        if isinstance(error, ClosedEarly) and connection.reused:
+            # The server closed that idle connection as the request went out: nothing was
+            # answered, so the request goes once more, as `request` sends it.
+            context = contextvars.copy_context()
+            context.run(CURRENT_TRACE.set, self._trace)
+            self._task = self._pool.loop.create_task(self._resend(), context=context)
+            return
+        self._report(translate(error, self._upstream.name, self._url[0]))
+
+    async def _resend(self) -> None:
+        upstream = self._upstream
+        try:
+            result: UpstreamResponse | UpstreamError = await upstream._once(
+                self._method, self._url, self._body, self._headers
+            )
+        except _Retryable as exc:
+            result = exc.response
+        except UpstreamError as exc:
+            result = exc
+        self._report(result)
+
+    def _finish(self, *, status: int | None = None, error: str | None = None) -> None:
+        attempt, self._attempt = self._attempt, None
+        if attempt is not None:
+            attempt.finish(status=status, error=error)
+
+    def _report(self, result: UpstreamResponse | UpstreamError) -> None:
+        done, self._done = self._done, None
+        if done is None:
+            return
+        try:
+            done(self, result)
+        except Exception as exc:  # the caller's fault, not the connection's: reported as a task's
+            self._pool.loop.call_exception_handler(
+                {"message": "exception in the callback of an upstream's answer", "exception": exc}
+            )
 
 
 class _Retryable(Exception):

@@ -12,6 +12,7 @@ import ipaddress
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography import x509
@@ -21,8 +22,13 @@ from cryptography.x509.oid import NameOID
 
 from proxy import http1
 from proxy.config import UpstreamConfig
-from proxy.errors import UpstreamConnectError, UpstreamProtocolError, UpstreamTimeoutError
-from proxy.upstream import HttpUpstream
+from proxy.errors import (
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamTimeoutError,
+)
+from proxy.upstream import HttpUpstream, Sent, UpstreamResponse
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -104,9 +110,11 @@ async def test_a_body_in_an_encoding_never_asked_for_is_an_invalid_response() ->
             await upstream.request("POST", "chat/completions", body=b"{}", headers={})
 
 
-async def test_a_reused_connection_closed_as_the_request_goes_out_is_replaced_once() -> None:
-    # The first connection answers one request, then closes on reading the second without a
-    # byte of answer: what a server does when its keep-alive ends just as a request arrives.
+def closing_its_first_connection_unanswered() -> Server:
+    """A server whose first connection answers one request, then closes on reading the second
+    without a byte of answer (what a server does when its keep-alive ends just as a request
+    arrives); a later connection answers `{"n":1}` first, then `{"n":2}` to every request."""
+
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         first = server.connections == 1
         await read_request(reader)
@@ -120,6 +128,11 @@ async def test_a_reused_connection_closed_as_the_request_goes_out_is_replaced_on
             await writer.drain()
 
     server = Server(handler)
+    return server
+
+
+async def test_a_reused_connection_closed_as_the_request_goes_out_is_replaced_once() -> None:
+    server = closing_its_first_connection_unanswered()
     async with server.running() as upstream:
         assert (await upstream.request("POST", "x", body=b"{}", headers={})).json() == {"n": 1}
         assert (await upstream.request("POST", "x", body=b"{}", headers={})).json() == {"n": 1}
@@ -349,3 +362,120 @@ async def test_a_body_read_whole_is_not_held_back_by_the_streams_back_pressure()
     async with Server(handler).running(timeout=5) as upstream:
         response = await upstream.request("POST", "x", body=b"{}", headers={})
     assert response.body == payload
+
+
+# -- a request whose answer goes to a callback (HttpUpstream.send) -------------------------------
+
+
+class Answers:
+    """What `HttpUpstream.send` hands its callback, and a future set at the first."""
+
+    def __init__(self) -> None:
+        self.got: list[UpstreamResponse | UpstreamError] = []
+        self.first: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def __call__(self, sent: Sent, result: UpstreamResponse | UpstreamError) -> None:
+        self.got.append(result)
+        if not self.first.done():
+            self.first.set_result(None)
+
+    async def one(self) -> UpstreamResponse | UpstreamError:
+        await asyncio.wait_for(self.first, 10)
+        (result,) = self.got
+        return result
+
+
+async def keep_alive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answer every request on the connection with its own body."""
+    while request := await read_request(reader):
+        writer.write(reply(request.partition(b"\r\n\r\n")[2]))
+        await writer.drain()
+
+
+async def test_a_request_sent_on_an_idle_connection_is_answered_through_the_callback() -> None:
+    server = Server(keep_alive)
+    async with server.running() as upstream:
+        answers = Answers()
+        # No idle connection yet: nothing is sent, and the caller makes one with `request`.
+        assert upstream.send("POST", "x", body=b"{}", headers={}, done=answers) is None
+        await upstream.request("POST", "x", body=b"{}", headers={})
+        before = len(asyncio.all_tasks())
+        sent = upstream.send("POST", "x", body=b'{"n":2}', headers={"x-a": "1"}, done=answers)
+        assert sent is not None
+        assert len(asyncio.all_tasks()) == before  # no task waits for it
+        answer = await answers.one()
+        assert isinstance(answer, UpstreamResponse)
+        assert (answer.status, answer.json()) == (200, {"n": 2})
+        assert upstream.pool().idle == 1  # the connection went back to the pool
+    assert server.connections == 1
+
+
+async def test_a_callback_that_raises_is_reported_and_the_connection_kept() -> None:
+    errors: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+
+    def fails(sent: Sent, result: UpstreamResponse | UpstreamError) -> None:
+        raise KeyError("the caller's bug")
+
+    server = Server(keep_alive)
+    async with server.running() as upstream:
+        await upstream.request("POST", "x", body=b"{}", headers={})
+        assert upstream.send("POST", "x", body=b"{}", headers={}, done=fails) is not None
+        for _ in range(100):
+            if errors:
+                break
+            await asyncio.sleep(0.01)
+        assert isinstance(errors[0]["exception"], KeyError)
+        assert (await upstream.request("POST", "x", body=b"{}", headers={})).status == 200
+    assert server.connections == 1
+
+
+async def test_a_sent_request_whose_idle_connection_closed_unanswered_goes_once_more() -> None:
+    server = closing_its_first_connection_unanswered()
+    async with server.running() as upstream:
+        await upstream.request("POST", "x", body=b"{}", headers={})
+        answers = Answers()
+        sent = upstream.send("POST", "x", body=b'{"again":1}', headers={}, done=answers)
+        assert sent is not None
+        answer = await answers.one()
+        assert isinstance(answer, UpstreamResponse)
+        assert answer.json() == {"n": 1}  # the new connection's first answer
+    assert server.connections == 2
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "match"),
+    [
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{", UpstreamProtocolError, "broke off"),
+        (b"", UpstreamTimeoutError, "timed out"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{", None, ""),  # cancelled first
+    ],
+    ids=["broken-off", "silent", "cancelled"],
+)
+async def test_a_sent_request_that_fails_hands_over_its_error_or_nothing_once_cancelled(
+    answer: bytes, error: type[UpstreamError] | None, match: str
+) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(reply(b"{}"))
+        await read_request(reader)
+        writer.write(answer)
+        await writer.drain()
+        await asyncio.sleep(0.2 if answer else 5)
+
+    server = Server(handler)
+    async with server.running(timeout=0.3) as upstream:
+        await upstream.request("POST", "x", body=b"{}", headers={})
+        answers = Answers()
+        sent = upstream.send("POST", "x", body=b"{}", headers={}, done=answers)
+        assert sent is not None
+        if error is None:
+            await asyncio.sleep(0.05)
+            sent.cancel()
+            await asyncio.sleep(0.5)
+            assert answers.got == []
+            assert upstream.pool().idle == 0  # not read to its end: closed, not pooled
+            return
+        got = await answers.one()
+        assert isinstance(got, error)
+        assert match in str(got)
