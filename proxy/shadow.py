@@ -2,8 +2,11 @@
 in the background, and both answers' tool decisions are compared and counted.
 
 The turn hands a `ShadowRequest` to `Shadow.submit` once the client's answer is settled; nothing
-here can delay or change that answer. `submit` never awaits: it starts one background task, or,
-with `max_in_flight` tasks already running, drops the pair and counts the drop. A request the
+here can delay or change that answer. `submit` never awaits: it sends the request on an idle
+connection of the reference's pool, the answer judged and counted by the connection's callback
+(`HttpUpstream.send`: no task, no future per pair, which the proxy's CPU shares with the client's
+requests), or, with no idle connection, starts one background task that makes one; with
+`max_in_flight` requests already under way it drops the pair and counts the drop. A request the
 reference could not be asked as is — a Responses turn that continues a response or conversation
 stored at the primary's upstream (`shadowstats.skip_reason`) — is not sent: it is counted as
 skipped, with its reason (the proxy keeps no copy of the stored context to rebuild it from, and
@@ -32,6 +35,7 @@ import asyncio
 import collections
 import contextlib
 import contextvars
+import functools
 import os
 import threading
 import time
@@ -73,7 +77,7 @@ from proxy.shadowstats import (
     skip_reason,
 )
 from proxy.tracing import CURRENT as CURRENT_TRACE
-from proxy.upstream import HttpUpstream, Upstream
+from proxy.upstream import HttpUpstream, Sent, Upstream, UpstreamResponse
 
 MAX_NAMES: Final = 2000
 MAX_MODEL_PAIRS: Final = 64
@@ -291,12 +295,16 @@ class Shadow:
         self._log = log
         self._clock = clock
         self._models = frozenset(config.models)
-        # The shadow requests in flight and their deadlines, in the order they started: all
-        # have the same timeout, so the first is the next to expire. One timer (`_watch`) waits
-        # for it, where an `asyncio.timeout` per request would arm and cancel one each.
-        self._tasks: dict[asyncio.Task[None], float] = {}
+        # The shadow requests in flight (a request sent on an idle connection, or the task that
+        # makes one), their deadlines and requests, in the order they started: all have the
+        # same timeout, so the first is the next to expire. One timer (`_watch`) waits for it,
+        # where an `asyncio.timeout` per request would arm and cancel one each. `_drained`:
+        # what `drain` waits on until nothing is in flight.
+        self._flight: dict[asyncio.Task[None] | Sent, tuple[float, ShadowRequest]] = {}
         self._overdue: set[asyncio.Task[None]] = set()
         self._watch: asyncio.TimerHandle | None = None
+        self._drained: asyncio.Future[None] | None = None
+        self._send = reference.send if isinstance(reference, HttpUpstream) else None
         # What this process counted since its last store write, per pair key (see the module
         # doc); `_flushing` is the write under way (the timer's, or a reader's), one at a time.
         self._pending: dict[str, _Pending] = {}
@@ -315,8 +323,8 @@ class Shadow:
 
     @property
     def in_flight(self) -> int:
-        """Shadow requests running now."""
-        return len(self._tasks)
+        """Shadow requests under way now."""
+        return len(self._flight)
 
     def wants(self, model: str, session: str) -> bool:
         """Whether a request of `model` in `session` is shadowed (model filter, session sample)."""
@@ -328,7 +336,7 @@ class Shadow:
         """Start the shadow request in the background; False when it was skipped or dropped
         (either counted)."""
         reason = skip_reason(request.api, request.body)
-        full = len(self._tasks) >= self.config.max_in_flight
+        full = len(self._flight) >= self.config.max_in_flight
         if reason is not None:
             self._inc(self._metrics.skipped, request.model, reason.value, request.api)
             self._write_log(request, {"event": "skipped", "reason": reason.value})
@@ -339,34 +347,81 @@ class Shadow:
             self._count(request.model, {DROPPED: 1})
             self._write_log(request, {"event": "dropped"})
             return False
-        context = contextvars.copy_context()
-        trace = CURRENT_TRACE.get()  # the copy's value, read without entering it
-        if trace is not None:  # its try is a span of its own kind under the request's
-            context.run(CURRENT_TRACE.set, trace.beside("shadow"))
         loop = asyncio.get_running_loop()
-        task = loop.create_task(self._run(request), context=context)
-        deadline = self._tasks[task] = loop.time() + self.config.timeout
-        task.add_done_callback(self._finished)
+        deadline = loop.time() + self.config.timeout
+        trace = CURRENT_TRACE.get()
+        beside = None if trace is None else trace.beside("shadow")  # its try: a span of its own
+        sent = self._send_now(request, beside) if self._send is not None else None
+        if sent is not None:
+            self._flight[sent] = (deadline, request)
+        else:
+            context = contextvars.copy_context()
+            if beside is not None:
+                context.run(CURRENT_TRACE.set, beside)
+            task = loop.create_task(self._run(request), context=context)
+            self._flight[task] = (deadline, request)
+            task.add_done_callback(self._finished)
         if self._watch is None:
             self._watch = loop.call_at(deadline, self._expire)
         return True
 
+    def _send_now(self, request: ShadowRequest, trace: Any) -> Sent | None:
+        """Send `request` on an idle connection of the reference's (None: none is idle)."""
+        assert self._send is not None
+        if self._log is not None and request.request_id is None:
+            # The answer's callback runs outside the request's context: its id is kept now.
+            request.request_id = structlog.contextvars.get_contextvars().get("request_id")
+        return self._send(
+            "POST",
+            request.path,
+            body=self.payload(request),
+            headers=request.headers,
+            done=functools.partial(self._replied, request),
+            trace=trace,
+        )
+
     def _finished(self, task: asyncio.Task[None]) -> None:
-        del self._tasks[task]
+        self._left(task)
         self._overdue.discard(task)
 
+    def _left(self, key: asyncio.Task[None] | Sent) -> None:
+        del self._flight[key]
+        if not self._flight and self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
     def _expire(self) -> None:
-        """Cancel the shadow requests past their deadline, then wait for the next deadline."""
+        """End the shadow requests past their deadline, then wait for the next deadline."""
         self._watch = None
         loop = asyncio.get_running_loop()
         now = loop.time()
-        for task, deadline in self._tasks.items():  # a task leaves the dict when done, later
+        late: list[tuple[Sent, ShadowRequest]] = []
+        for key, (deadline, request) in self._flight.items():
             if deadline > now:
                 self._watch = loop.call_at(deadline, self._expire)
-                return
-            if task not in self._overdue:
-                self._overdue.add(task)
-                task.cancel()
+                break
+            if isinstance(key, Sent):
+                late.append((key, request))
+            elif key not in self._overdue:  # a task leaves the dict when done, later
+                self._overdue.add(key)
+                key.cancel()
+        for sent, request in late:
+            sent.cancel()
+            self._left(sent)
+            self._failed(request, "timeout")
+
+    def _replied(
+        self, request: ShadowRequest, sent: Sent, result: UpstreamResponse | ToolsentryError
+    ) -> None:
+        """The reference's answer to a request sent on an idle connection (or why none came)."""
+        self._left(sent)
+        try:
+            if isinstance(result, ToolsentryError):
+                raise _ReferenceFailed(_failure_kind(result)) from result
+            decision, reply = _judged(request, result)
+        except _ReferenceFailed as failed:
+            self._failed(request, failed.kind)
+            return
+        self._answered(request, decision, reply)
 
     async def _run(self, request: ShadowRequest) -> None:
         try:
@@ -427,19 +482,11 @@ class Shadow:
             response = await self.reference.request(
                 "POST", request.path, body=self.payload(request), headers=request.headers
             )
-        except (TimeoutError, UpstreamTimeoutError) as exc:
+        except TimeoutError as exc:
             raise _ReferenceFailed("timeout") from exc
-        except UpstreamConnectError as exc:
-            raise _ReferenceFailed("connect") from exc
         except ToolsentryError as exc:
-            raise _ReferenceFailed("upstream") from exc
-        if response.status != 200:
-            raise _ReferenceFailed(f"status_{response.status}")
-        try:
-            reply = response.json()
-            return request.judge(reply), reply
-        except (UpstreamProtocolError, ToolsentryError, ValueError, TypeError, KeyError) as exc:
-            raise _ReferenceFailed("invalid_answer") from exc
+            raise _ReferenceFailed(_failure_kind(exc)) from exc
+        return _judged(request, response)
 
     def _count_metrics(self, request: ShadowRequest, pair: Pair) -> None:
         m, api = request.model, request.api
@@ -555,18 +602,29 @@ class Shadow:
     async def drain(self) -> None:
         """Wait for the shadow requests in flight and write their counts to the store (tests,
         benchmarks)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        while self._flight:
+            waiter = self._drained
+            if waiter is None or waiter.done():  # else another caller's, waited on together
+                waiter = self._drained = asyncio.get_running_loop().create_future()
+            await asyncio.shield(waiter)
         await self.flush()
 
     async def close(self) -> None:
-        """Cancel what is in flight, write the last counts, close the reference and the log."""
+        """Cancel what is in flight (uncounted), write the last counts, close the reference and
+        the log."""
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        tasks: list[asyncio.Task[None]] = []
+        for key in list(self._flight):
+            key.cancel()
+            if isinstance(key, Sent):
+                self._left(key)
+                if key.task is not None:
+                    tasks.append(key.task)
+            else:
+                tasks.append(key)
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._flusher is not None:
             await asyncio.gather(self._flusher, return_exceptions=True)
         await self.flush()
@@ -597,6 +655,26 @@ class _Pending:
                     held[field] += count
                 elif len(held) < MAX_NAMES:  # the store keeps no more either
                     held[field] = count
+
+
+def _failure_kind(error: ToolsentryError) -> str:
+    """The error kind a reference's failure is counted as."""
+    if isinstance(error, UpstreamTimeoutError):
+        return "timeout"
+    if isinstance(error, UpstreamConnectError):
+        return "connect"
+    return "upstream"
+
+
+def _judged(request: ShadowRequest, response: UpstreamResponse) -> tuple[Decision, Any]:
+    """The reference's decision and its reply. Raises _ReferenceFailed when it is not an answer."""
+    if response.status != 200:
+        raise _ReferenceFailed(f"status_{response.status}")
+    try:
+        reply = response.json()
+        return request.judge(reply), reply
+    except (UpstreamProtocolError, ToolsentryError, ValueError, TypeError, KeyError) as exc:
+        raise _ReferenceFailed("invalid_answer") from exc
 
 
 class _ReferenceFailed(Exception):

@@ -19,6 +19,7 @@ import httpx
 import openai
 import orjson
 import pytest
+import structlog
 from typer.testing import CliRunner
 
 from proxy.app import create_app
@@ -47,6 +48,7 @@ from proxy.testing import (
     completion,
     tool_call,
 )
+from proxy.upstream import HttpUpstream
 from tests.proxy.builders import RETAIL_TOOLS
 from tests.proxy.metrics_text import metric as sample
 
@@ -137,26 +139,67 @@ def make_shadow(
     return shadow, metrics, store
 
 
+def shadow_over(
+    upstream: HttpUpstream, config: ShadowConfig, closing: list[Shadow]
+) -> tuple[Shadow, Metrics]:
+    """A shadow asking `upstream` as its reference (no model name of its own), on a memory store."""
+    metrics = Metrics()
+    shadow = Shadow(
+        config,
+        upstream,
+        reference_name="bf16",
+        reference_model=None,
+        metrics=metrics,
+        store=MemoryStore(),
+    )
+    closing.append(shadow)
+    return shadow, metrics
+
+
 def metric(metrics: Metrics, name: str, **labels: str) -> float:
     return sample(metrics.render().decode(), name, **labels)
 
 
-async def test_a_pair_goes_to_the_reference_non_streamed_and_is_counted_everywhere(
-    reference: Reference, closing: list[Shadow], tmp_path: Path
-) -> None:
+async def warm(shadow: Shadow, reference: Reference) -> None:
+    """Leave an idle connection in the reference's pool, so that the next request goes out on it
+    and is answered through the connection's callback (no task); one request of the script's."""
+    assert isinstance(shadow.reference, HttpUpstream)
     reference.script.push(VALID)
+    await shadow.reference.request("POST", "chat/completions", body=b"{}", headers={})
+    assert shadow.reference.pool().idle == 1
+
+
+def submit_without_a_task(shadow: Shadow, shadowed: ShadowRequest) -> None:
+    before = len(asyncio.all_tasks())
+    assert shadow.submit(shadowed)
+    assert shadow.in_flight == 1
+    assert len(asyncio.all_tasks()) == before
+
+
+@pytest.mark.parametrize("idle", [False, True], ids=["new-connection", "idle-connection"])
+async def test_a_pair_goes_to_the_reference_non_streamed_and_is_counted_everywhere(
+    reference: Reference, closing: list[Shadow], tmp_path: Path, idle: bool
+) -> None:
     log = ShadowLog(tmp_path / "shadow.jsonl", max_bytes=1 << 20, backups=1)
     shadow, metrics, _ = make_shadow(reference, closing, log=log)
-    assert shadow.submit(request(HALLUCINATED))
+    if idle:
+        await warm(shadow, reference)
+        reference.script.push(VALID)
+        # The request id comes from the request's own context when the turn gives none.
+        with structlog.contextvars.bound_contextvars(request_id="r1"):
+            submit_without_a_task(shadow, replace(request(HALLUCINATED), request_id=None))
+    else:
+        reference.script.push(VALID)
+        assert shadow.submit(request(HALLUCINATED))
     await shadow.drain()
 
-    sent = reference.script.requests[0]
+    sent = reference.script.requests[-1]
     assert sent["model"] == "gemma-bf16"
     assert sent["stream"] is False
     assert "stream_options" not in sent
     assert sent["tools"] == RETAIL_TOOLS
     assert sent["messages"] == REQUEST["messages"]
-    assert reference.script.request_headers[0]["x-custom"] == "kept"
+    assert reference.script.request_headers[-1]["x-custom"] == "kept"
 
     labels = {"model": "gemma-int4", "reference": "bf16", "api": "chat"}
     assert metric(metrics, "toolsentry_shadow_pairs_total", outcome="primary_only", **labels) == 1
@@ -246,14 +289,20 @@ async def test_a_full_set_of_in_flight_requests_drops_and_counts_each_drop_exact
         (Fault(200, VALID, delay=3.0), "timeout"),
     ],
 )
+@pytest.mark.parametrize("idle", [False, True], ids=["new-connection", "idle-connection"])
 async def test_a_failing_reference_is_counted_by_kind_and_asked_once(
-    reference: Reference, closing: list[Shadow], reply: Fault, kind: str
+    reference: Reference, closing: list[Shadow], reply: Fault, kind: str, idle: bool
 ) -> None:
-    reference.script.push(reply)
     shadow, metrics, _ = make_shadow(reference, closing, timeout=0.3)
-    shadow.submit(request(VALID))
+    if idle:
+        await warm(shadow, reference)
+        reference.script.push(reply)
+        submit_without_a_task(shadow, request(VALID))
+    else:
+        reference.script.push(reply)
+        shadow.submit(request(VALID))
     await shadow.drain()
-    assert len(reference.script.requests) == 1  # never retried
+    assert len(reference.script.requests) == 1 + idle  # never retried
     labels = {"model": "gemma-int4", "reference": "bf16", "api": "chat"}
     assert metric(metrics, "toolsentry_shadow_errors_total", kind=kind, **labels) == 1
     (entry,) = (await shadow.stats())["data"]
@@ -271,16 +320,7 @@ async def test_a_reference_client_slower_to_give_up_is_cut_off_at_the_shadows_ti
     patient = reference_upstream(
         reference.entry, config.model_copy(update={"timeout": 30.0}), api_key=None
     )
-    metrics = Metrics()
-    shadow = Shadow(
-        config,
-        patient,
-        reference_name="bf16",
-        reference_model=None,
-        metrics=metrics,
-        store=MemoryStore(),
-    )
-    closing.append(shadow)
+    shadow, metrics = shadow_over(patient, config, closing)
     assert shadow.submit(request(VALID))
     await shadow.drain()
     labels = {"model": "gemma-int4", "reference": "bf16", "api": "chat"}
@@ -294,16 +334,7 @@ async def test_a_reference_that_refuses_connections_is_a_connect_error(
 ) -> None:
     config = ShadowConfig(reference="bf16", sample=1.0)
     entry = UpstreamConfig(name="bf16", base_url=f"http://127.0.0.1:{refused_port}/v1")
-    metrics = Metrics()
-    shadow = Shadow(
-        config,
-        reference_upstream(entry, config, api_key=None),
-        reference_name="bf16",
-        reference_model=None,
-        metrics=metrics,
-        store=MemoryStore(),
-    )
-    closing.append(shadow)
+    shadow, metrics = shadow_over(reference_upstream(entry, config, api_key=None), config, closing)
     shadow.submit(request(VALID))
     await shadow.drain()
     labels = {"model": "gemma-int4", "reference": "bf16", "api": "chat"}
@@ -725,3 +756,64 @@ async def test_a_skip_reaches_the_store_even_with_nothing_in_flight(
     other, _, _ = make_shadow(reference, closing, store=store)
     (entry,) = (await other.stats())["data"]
     assert (entry["pairs"], entry["skipped"]["previous_response_id"]) == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("second", "kind"),
+    [
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 900\r\n\r\n{", "upstream"),  # broke off
+        (b"", "timeout"),  # silent past the reference client's own read timeout
+    ],
+    ids=["broken-off", "silent"],
+)
+async def test_a_reference_failing_on_an_idle_connection_is_counted_by_kind(
+    closing: list[Shadow], second: bytes, kind: str
+) -> None:
+    first = orjson.dumps(VALID)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(first), first))
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(second)
+        await writer.drain()
+        if not second:
+            await reader.read()  # until the client gives up and closes
+        writer.close()
+        await writer.wait_closed()
+
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    entry = UpstreamConfig(name="bf16", base_url=f"http://127.0.0.1:{port}/v1", timeout=0.2)
+    config = ShadowConfig(reference="bf16", sample=1.0, timeout=5.0)
+    upstream = HttpUpstream(entry, api_key=None, retries=0)
+    shadow, metrics = shadow_over(upstream, config, closing)
+    await upstream.request("POST", "chat/completions", body=b"{}", headers={})
+    submit_without_a_task(shadow, request(VALID))
+    await asyncio.wait_for(shadow.drain(), 10)
+    server.close()
+    await server.wait_closed()
+    labels = {"model": "gemma-int4", "reference": "bf16", "api": "chat"}
+    assert metric(metrics, "toolsentry_shadow_errors_total", kind=kind, **labels) == 1
+    (entry_stats,) = (await shadow.stats())["data"]
+    assert (entry_stats["errors"], entry_stats["pairs"]) == ({kind: 1}, 0)
+
+
+async def test_close_ends_what_is_in_flight_on_idle_connections_uncounted(
+    reference: Reference, closing: list[Shadow]
+) -> None:
+    shadow, metrics, _ = make_shadow(reference, closing, max_in_flight=4)
+    await warm(shadow, reference)
+    reference.script.push(Fault(200, VALID, delay=1.0))  # still asked when the shadow closes
+    submit_without_a_task(shadow, request(VALID))
+    await asyncio.sleep(0.1)
+    await shadow.close()
+    closing.clear()
+    assert shadow.in_flight == 0
+    assert isinstance(shadow.reference, HttpUpstream)
+    labels = {"model": "gemma-int4", "reference": "bf16", "api": "chat"}
+    text = metrics.render().decode()
+    assert "toolsentry_shadow_errors_total{" not in text
+    assert "toolsentry_shadow_pairs_total{" not in text
+    assert shadow.reference._pool is None  # closed with its connections
+    del labels
