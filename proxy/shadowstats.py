@@ -71,13 +71,16 @@ Signature = tuple[str, str]
 """(channel, tool name as called); the name is "" for a channel that names no tool."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Decision:
     """One side's answer, reduced to what the comparison reads.
 
     `tools` are the names called, in order; `arguments` each call's arguments as canonical JSON
     (keys sorted) when they parse to an object, else None; `failures` one signature per violation
     the guard found.
+
+    Not frozen (two are made per pair, and a frozen dataclass costs three times as much to make),
+    but nothing assigns to one once made: it is hashed and compared by its fields.
     """
 
     tools: tuple[str, ...]
@@ -106,20 +109,21 @@ class Decision:
         for name, raw in calls:
             names.append(name)
             arguments.append(canonical_arguments(raw))
-        failures = tuple(signature_of(v) for v in violations)
-        return cls(tuple(names), tuple(arguments), failures)
+        return cls(tuple(names), tuple(arguments), _signatures(violations))
 
     @classmethod
     def of_message(cls, message: Mapping[str, Any], violations: Iterable[Violation]) -> Decision:
         """The decision of an assistant message in the guard's shape (`tool_calls` of
         `{"function": {"name", "arguments"}}`) that the guard judged with `violations`."""
-        calls = []
+        names: list[str] = []
+        arguments: list[str | None] = []
         for call in message.get("tool_calls") or ():
             # dict first: the ABC's instance check costs more than the rest of the loop
             function = call.get("function") if isinstance(call, (dict, Mapping)) else None
             if isinstance(function, (dict, Mapping)):
-                calls.append((str(function.get("name", "")), function.get("arguments")))
-        return cls.of(calls, violations)
+                names.append(str(function.get("name", "")))
+                arguments.append(canonical_arguments(function.get("arguments")))
+        return cls(tuple(names), tuple(arguments), _signatures(violations))
 
     def to_dict(self) -> dict[str, Any]:
         """The log's form of the decision: names and channels, never argument values."""
@@ -135,12 +139,64 @@ def signature_of(violation: Violation) -> Signature:
     return (violation.channel.value, violation.tool_name or "")
 
 
+def _signatures(violations: Iterable[Violation]) -> tuple[Signature, ...]:
+    if isinstance(violations, (list, tuple)) and not violations:  # a valid answer, the usual
+        return ()
+    return tuple(signature_of(v) for v in violations)
+
+
 def canonical_arguments(raw: object) -> str | None:
-    """A call's arguments as canonical JSON (sorted keys), or None when they are not an object."""
+    """A call's arguments as canonical JSON (sorted keys), or None when they are not an object.
+
+    A text is looked up in a small memo first: the two answers of a pair usually call a tool
+    with the same text, so the second side's canonical form (a parse and a sorted dump) is a
+    dictionary hit, and both sides hold the same string. A value that is not a string goes the
+    slow way (it may not be hashable, and it is no object's text anyway)."""
+    if type(raw) is not str:
+        return _canonical(raw)
+    held = _MEMO.texts
+    if raw in held:
+        return held[raw]
+    canonical = _canonical(raw)
+    _MEMO.add(raw, canonical)
+    return canonical
+
+
+def _canonical(raw: object) -> str | None:
     value, problem = parse_arguments(raw)
     if problem is not None or not isinstance(value, dict):
         return None
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+class _Memo:
+    """`canonical_arguments`' memo: raw text -> canonical form.
+
+    Bounded: a pair's two answers come within the shadow's timeout of each other, so it only
+    needs the calls of the pairs in flight (`max_in_flight`, a few calls each). It is emptied
+    when it holds `ENTRIES` texts or `CHARS` characters (so long arguments cannot make it large
+    either), which loses at most one hit per text then.
+    """
+
+    ENTRIES: Final = 4096
+    CHARS: Final = 1 << 21
+
+    __slots__ = ("chars", "texts")
+
+    def __init__(self) -> None:
+        self.texts: dict[str, str | None] = {}
+        self.chars = 0
+
+    def add(self, raw: str, canonical: str | None) -> None:
+        size = len(raw) + (0 if canonical is None else len(canonical))
+        if len(self.texts) >= self.ENTRIES or self.chars + size > self.CHARS:
+            self.texts.clear()
+            self.chars = 0
+        self.texts[raw] = canonical
+        self.chars += size
+
+
+_MEMO: Final = _Memo()
 
 
 def classify(primary: Decision, reference: Decision) -> Outcome:
@@ -154,7 +210,7 @@ def classify(primary: Decision, reference: Decision) -> Outcome:
     return Outcome.BOTH
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, as `Decision`; nothing assigns to one once made
 class ArgumentAgreement:
     """For a pair that calls the same tools in the same order: how many calls had equal
     arguments, and the argument keys whose values differed (summed over the calls)."""
@@ -177,6 +233,12 @@ def compare_arguments(primary: Decision, reference: Decision) -> ArgumentAgreeme
     side counts as compared and not equal, with no keys named."""
     if not primary.tools or primary.tools != reference.tools:
         return None
+    return _compare_calls(primary, reference)
+
+
+def _compare_calls(primary: Decision, reference: Decision) -> ArgumentAgreement:
+    if _all_equal(primary, reference):
+        return ArgumentAgreement(len(primary.tools), len(primary.tools), {})
     equal = 0
     keys: dict[str, int] = {}  # a plain dict: a Counter costs a few µs to create
     for mine, theirs in zip(primary.arguments, reference.arguments, strict=True):
@@ -195,7 +257,15 @@ def compare_arguments(primary: Decision, reference: Decision) -> ArgumentAgreeme
 _MISSING: Final = object()
 
 
-@dataclass(frozen=True, slots=True)
+def _all_equal(primary: Decision, reference: Decision) -> bool:
+    """Whether every call's arguments are an object and equal on both sides (of two decisions
+    that call the same tools): the usual pair, every call compared and equal, no key differing.
+    """
+    arguments = primary.arguments
+    return arguments == reference.arguments and None not in arguments
+
+
+@dataclass(slots=True)  # not frozen, as `Decision`; nothing assigns to one once made
 class Pair:
     """One request answered by both sides. `arguments` is their argument agreement (see
     `compare_arguments`); `between` computes it."""
@@ -226,6 +296,17 @@ class Pair:
         }
 
     @classmethod
+    def of_key(cls, key: PairKey) -> Pair:
+        """A pair with the counts of every pair whose `pair_key` is `key` (argument values
+        aside: the key holds none)."""
+        primary_tools, primary_failures, reference_tools, reference_failures, agreement = key
+        return cls(
+            Decision(primary_tools, (None,) * len(primary_tools), primary_failures),
+            Decision(reference_tools, (None,) * len(reference_tools), reference_failures),
+            None if agreement is None else ArgumentAgreement(*agreement[:2], dict(agreement[2])),
+        )
+
+    @classmethod
     def from_log(cls, line: Mapping[str, Any]) -> Pair:
         """The pair a shadow log line holds (the inverse of `to_log`, argument values aside).
 
@@ -247,6 +328,37 @@ class Pair:
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a shadow pair: {exc!r}") from exc
         return cls(sides[0], sides[1], agreement)
+
+
+AgreementKey = tuple[int, int, tuple[tuple[str, int], ...]]
+"""An `ArgumentAgreement` as a hashable tuple: compared, equal, the differing keys' items."""
+PairKey = tuple[
+    tuple[str, ...],
+    tuple[Signature, ...],
+    tuple[str, ...],
+    tuple[Signature, ...],
+    AgreementKey | None,
+]
+"""What a pair's counts depend on: the primary's tools and failures, the reference's, and the
+argument agreement (see `pair_key`)."""
+
+
+def pair_key(primary: Decision, reference: Decision) -> PairKey:
+    """The pair of two decisions as a small hashable key: `pair_counts(Pair.of_key(key))` is
+    `pair_counts(Pair.between(primary, reference))`. Pairs can so be added up by key, one dict
+    entry each, and counted once per distinct key times how many there were.
+
+    The usual pair, the same tools called with the same arguments on both sides, costs no
+    comparison: its agreement is every call compared and equal, no key differing."""
+    tools = primary.tools
+    agreement: AgreementKey | None = None
+    if tools and tools == reference.tools:
+        if _all_equal(primary, reference):
+            agreement = (len(tools), len(tools), ())
+        else:
+            full = _compare_calls(primary, reference)
+            agreement = (full.compared, full.equal, tuple(full.differing_keys.items()))
+    return (tools, primary.failures, reference.tools, reference.failures, agreement)
 
 
 def _decision_from_log(data: Mapping[str, Any]) -> Decision:

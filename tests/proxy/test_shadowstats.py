@@ -13,16 +13,19 @@ from scipy import stats as scipy_stats
 from scipy.stats.contingency import relative_risk
 
 from proxy.guard.channels import Channel, Violation
+from proxy.shadowstats import _MEMO as MEMO
 from proxy.shadowstats import (
     Decision,
     Outcome,
     Pair,
     Tally,
+    canonical_arguments,
     classify,
     figures,
     is_sampled,
     katz_ratio,
     pair_counts,
+    pair_key,
     rank_correlation,
     signature_agreement,
     tally_pairs,
@@ -88,6 +91,73 @@ def test_arguments_are_compared_only_when_the_same_tools_are_called_in_the_same_
     malformed = Pair.between(Decision(("a",), (None,), ()), Decision(("a",), ('{"k":1}',), ()))
     assert malformed.arguments is not None
     assert (malformed.arguments.compared, malformed.arguments.equal) == (1, 0)
+
+
+_TOOLS = st.sampled_from(["a", "b", "x|y"])
+_ARGUMENTS = st.sampled_from(['{"id":1}', '{"id":2}', '{"id":1,"q":"x"}', "{}", None])
+_FAILURES = st.lists(
+    st.tuples(st.sampled_from([UNKNOWN, "malformed_arguments", "empty_response"]), _TOOLS),
+    max_size=2,
+)
+
+
+@st.composite
+def decisions(draw: st.DrawFn) -> Decision:
+    calls = draw(st.lists(st.tuples(_TOOLS, _ARGUMENTS), max_size=3))
+    return Decision(tuple(t for t, _ in calls), tuple(a for _, a in calls), tuple(draw(_FAILURES)))
+
+
+@given(decisions(), decisions(), st.booleans())
+def test_a_pairs_key_counts_what_the_pair_counts(
+    primary: Decision, other: Decision, same_calls: bool
+) -> None:
+    # Half the time the reference calls what the primary called (the usual pair, whose
+    # agreement the key takes without comparing), with failures of its own.
+    reference = Decision(primary.tools, primary.arguments, other.failures) if same_calls else other
+    pair = Pair.between(primary, reference)
+    key = pair_key(primary, reference)
+    assert hash(key) == hash(pair_key(primary, reference))
+    again = Pair.of_key(key)
+    assert again.outcome is pair.outcome
+    assert again.arguments == pair.arguments
+    assert pair_counts(again) == pair_counts(pair)
+    assert list(pair_counts(again)[1]) == list(pair_counts(pair)[1])  # names in the same order
+
+
+def test_the_usual_pair_has_every_call_compared_and_equal_in_its_key() -> None:
+    a = Decision(("a", "b"), ('{"id":1}', '{"k":2}'), ())
+    assert pair_key(a, Decision(a.tools, a.arguments, ()))[4] == (2, 2, ())
+    other = Decision(("a", "b"), ('{"id":2}', '{"k":2}'), ())
+    assert pair_key(a, other)[4] == (2, 1, (("id", 1),))
+    unreadable = Decision(("a",), (None,), ())
+    assert pair_key(unreadable, unreadable)[4] == (1, 0, ())  # not an object: never equal
+    assert pair_key(a, Decision(("b",), ("{}",), ()))[4] is None
+
+
+def test_canonical_arguments_are_the_same_text_for_both_sides_and_the_same_form() -> None:
+    raw = '{"b": 1, "a": {"d": 2, "c": 3}}'
+    first = canonical_arguments(raw)
+    assert first == '{"a":{"c":3,"d":2},"b":1}'
+    second = canonical_arguments(raw[:5] + raw[5:])  # another string of the same text
+    assert second is first  # the memo's: the second side's lookup is a hit
+    # Not text (the guard's reading: arguments must be a string): never held, not an object.
+    assert canonical_arguments({"b": 1, "a": 2}) is None
+    assert canonical_arguments("[1]") is None
+    assert canonical_arguments("[1]") is None  # a non-object is remembered too
+    assert canonical_arguments("  ") == "{}"
+    assert canonical_arguments(None) is None
+
+
+def test_the_canonical_memo_stays_bounded_in_texts_and_characters() -> None:
+    for i in range(MEMO.ENTRIES + 10):
+        canonical_arguments(f'{{"n": {i}}}')
+        assert len(MEMO.texts) <= MEMO.ENTRIES
+    assert canonical_arguments('{"n": 3}') == '{"n":3}'
+    long = '{"text": "' + "x" * (MEMO.CHARS // 3) + '"}'
+    for i in range(4):
+        assert canonical_arguments(long.replace("text", f"t{i}")) is not None
+        assert MEMO.chars <= MEMO.CHARS
+        assert MEMO.chars == sum(len(k) + len(v or "") for k, v in MEMO.texts.items())
 
 
 def test_a_pair_survives_the_log_line_it_is_written_as() -> None:
