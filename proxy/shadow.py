@@ -18,9 +18,10 @@ shadow log (JSONL, written by a thread of its own, rotated by size).
 
 The store and the metrics are not written per pair: each process adds its counts up in memory
 and writes them in one batch every `FLUSH_SECONDS` (three store calls and one increment per
-metric child per batch, not per pair). A process flushes what it holds before it reads
-(`stats`), when drained and when closed, so its own figures are exact at once, and another
-worker's or replica's, and a scrape of the metrics, within `FLUSH_SECONDS`.
+metric child per batch, not per pair). Pairs are added up by what their counts depend on
+(`shadowstats.pair_key`), and the batch counts each distinct key once. A process flushes what
+it holds before it reads (`stats`), when drained and when closed, so its own figures are exact
+at once, and another worker's or replica's, and a scrape of the metrics, within `FLUSH_SECONDS`.
 
 Counts in the store, per (model, reference):
     shadow:index                      field "{model}|{reference}" -> pairs (which pairs exist)
@@ -67,12 +68,14 @@ from proxy.shadowstats import (
     PAIRS,
     Decision,
     Pair,
+    PairKey,
     Side,
     Tally,
     error_field,
     figures,
     is_sampled,
     pair_counts,
+    pair_key,
     skip_field,
     skip_reason,
 )
@@ -313,6 +316,9 @@ class Shadow:
         self._flusher: asyncio.Task[None] | None = None
         # Metric increments go with the same batch: added up here, applied by `flush`.
         self._increments: dict[tuple[Any, ...], int] = {}
+        # The pairs answered since the last batch, added up by (model, api, pair key): the
+        # batch counts each key once (`_count_pairs`), not each pair.
+        self._pairs: dict[tuple[str, str, PairKey], int] = {}
         self._children: dict[tuple[Any, ...], Any] = {}
         self._log_events = get_logger()
 
@@ -439,12 +445,16 @@ class Shadow:
         self._answered(request, decision, reply)
 
     def _answered(self, request: ShadowRequest, decision: Decision, reply: Any) -> None:
-        """Count the pair of the primary's decision and the reference's (`reply` its answer)."""
-        pair = Pair.between(request.primary, decision)
-        self._count_metrics(request, pair)
-        fixed, names = pair_counts(pair)
-        self._count(request.model, fixed, names)
+        """Count the pair of the primary's decision and the reference's (`reply` its answer):
+        one more of its key (`shadowstats.pair_key`), which the next batch expands into the
+        metrics' and the store's counts (`_count_pairs`). The log's line is written now."""
+        key = (request.model, request.api, pair_key(request.primary, decision))
+        pairs = self._pairs
+        pairs[key] = pairs.get(key, 0) + 1
+        if self._timer is None:
+            self._arm()
         if self._log is not None:
+            pair = Pair.between(request.primary, decision)
             self._write_log(request, {"event": "pair", **pair.to_log()}, reference_body=reply)
 
     def _failed(self, request: ShadowRequest, kind: str) -> None:
@@ -488,18 +498,29 @@ class Shadow:
             raise _ReferenceFailed(_failure_kind(exc)) from exc
         return _judged(request, response)
 
-    def _count_metrics(self, request: ShadowRequest, pair: Pair) -> None:
-        m, api = request.model, request.api
-        self._inc(self._metrics.pairs, m, pair.outcome, api)
+    def _count_pairs(self) -> None:
+        """Expand the pairs added up since the last batch into the metrics' increments and the
+        store's counts: each distinct key once, `pair_counts` of its pair times how many pairs
+        had it — the figures of counting every pair alone (the names a full `_Pending` refuses
+        too: a key's names are first met where its first pair would have met them)."""
+        pairs, self._pairs = self._pairs, {}
+        for (model, api, key), times in pairs.items():
+            pair = Pair.of_key(key)
+            self._count_metrics(model, api, pair, times)
+            fixed, names = pair_counts(pair)
+            self._hold(model, fixed, names, times)
+
+    def _count_metrics(self, model: str, api: str, pair: Pair, times: int) -> None:
+        self._inc(self._metrics.pairs, model, pair.outcome, api, by=times)
         for side, decision in ((_PRIMARY, pair.primary), (_REFERENCE, pair.reference)):
             for channel in decision.channels:
-                self._inc(self._metrics.failures, m, side, channel, api)
+                self._inc(self._metrics.failures, model, side, channel, api, by=times)
 
-    def _inc(self, family: Any, model: str, *labels: str) -> None:
-        """Add one to `family{model, reference, *labels}` with the next batch (every event that
-        counts one also sets the batch's timer, through `_count`)."""
+    def _inc(self, family: Any, model: str, *labels: str, by: int = 1) -> None:
+        """Add `by` to `family{model, reference, *labels}` with the next batch (every event that
+        counts one also sets the batch's timer, through `_count` or `_answered`)."""
         key = (family, model, *labels)
-        self._increments[key] = self._increments.get(key, 0) + 1
+        self._increments[key] = self._increments.get(key, 0) + by
 
     def _apply_increments(self) -> None:
         increments, self._increments = self._increments, {}
@@ -513,18 +534,24 @@ class Shadow:
             child = self._children[key] = family.labels(model, self.reference_name, *labels)
         return child
 
-    def _count(
-        self, model: str, fixed: Mapping[str, int], names: Mapping[str, int] | None = None
-    ) -> None:
+    def _count(self, model: str, fixed: Mapping[str, int]) -> None:
         """Add one event's fields to what this process holds for the store (see the module
         doc); the first since the last write sets the timer for the next."""
+        self._hold(model, fixed, None, 1)
+        if self._timer is None:
+            self._arm()
+
+    def _hold(
+        self, model: str, fixed: Mapping[str, int], names: Mapping[str, int] | None, times: int
+    ) -> None:
         key = _pair_key(model, self.reference_name)
         pending = self._pending.get(key)
         if pending is None:
             pending = self._pending[key] = _Pending()
-        pending.add(fixed, names)
-        if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(FLUSH_SECONDS, self._on_timer)
+        pending.add(fixed, names, times)
+
+    def _arm(self) -> None:
+        self._timer = asyncio.get_running_loop().call_later(FLUSH_SECONDS, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -537,6 +564,7 @@ class Shadow:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+            self._count_pairs()
             self._apply_increments()
             pending, self._pending = self._pending, {}
             for key, counts in pending.items():
@@ -643,18 +671,19 @@ class _Pending:
         self.fixed: dict[str, int] = {}
         self.names: dict[str, int] = {}
 
-    def add(self, fixed: Mapping[str, int], names: Mapping[str, int] | None) -> None:
-        self.events += 1
+    def add(self, fixed: Mapping[str, int], names: Mapping[str, int] | None, times: int) -> None:
+        """Add `times` events of these fields each."""
+        self.events += times
         mine = self.fixed
         for field, count in fixed.items():
-            mine[field] = mine.get(field, 0) + count
+            mine[field] = mine.get(field, 0) + count * times
         if names:
             held = self.names
             for field, count in names.items():
                 if field in held:
-                    held[field] += count
+                    held[field] += count * times
                 elif len(held) < MAX_NAMES:  # the store keeps no more either
-                    held[field] = count
+                    held[field] = count * times
 
 
 def _failure_kind(error: ToolsentryError) -> str:

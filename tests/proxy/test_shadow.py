@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +29,7 @@ from proxy.config import Settings, ShadowConfig, UpstreamConfig, load_settings
 from proxy.errors import ConfigError
 from proxy.guard.toolcheck import validate
 from proxy.metrics import Metrics
+from proxy.session.redis_store import RedisStore
 from proxy.session.sqlite_store import SqliteStore
 from proxy.session.stores import MemoryStore, SessionStore
 from proxy.shadow import (
@@ -38,7 +40,7 @@ from proxy.shadow import (
     open_shadow,
     reference_upstream,
 )
-from proxy.shadowstats import Decision
+from proxy.shadowstats import Decision, Pair, figures, pair_counts, tally_pairs
 from proxy.testing import (
     Fault,
     LoopbackServer,
@@ -51,6 +53,7 @@ from proxy.testing import (
 from proxy.upstream import HttpUpstream
 from tests.proxy.builders import RETAIL_TOOLS
 from tests.proxy.metrics_text import metric as sample
+from tests.proxy.metrics_text import samples
 
 REQUEST = {
     "model": "gemma-int4",
@@ -403,6 +406,145 @@ async def test_a_replica_writes_its_counts_and_metrics_without_being_read(
     assert metric(metrics, "toolsentry_shadow_pairs_total", outcome="primary_only", **labels) == 1
     (entry,) = (await b.stats())["data"]
     assert (entry["pairs"], entry["dropped"], entry["outcomes"]["primary_only"]) == (1, 1, 1)
+
+
+def calls(*made: tuple[str, dict[str, Any] | str]) -> dict[str, Any]:
+    return completion(tool_calls=[tool_call(name, arguments) for name, arguments in made])
+
+
+# Pairs of every kind, (the primary's answer, the reference's), by the text of the request's
+# message: the reference answers each request its own way, in whatever order they come.
+MIX = {
+    "agree": (VALID, VALID),
+    "keys": (
+        calls(
+            ("get_order_details", {"order_id": "#W1"}), ("get_order_details", {"order_id": "#W3"})
+        ),
+        calls(
+            ("get_order_details", {"order_id": "#W2", "note": "x"}),
+            ("get_order_details", {"order_id": "#W3"}),
+        ),
+    ),
+    "unknown": (HALLUCINATED, VALID),
+    "both": (HALLUCINATED, calls(("find_order", {"order_id": "#W1"}))),
+    "malformed": (VALID, calls(("get_order_details", "{not json"))),
+    "text": (completion("no tool needed"), VALID),
+    "plain": (completion("hello"), completion("hi")),
+}
+
+
+def shadow_counts(metrics: Metrics) -> Counter[tuple[str, tuple[tuple[str, str], ...]]]:
+    """Every shadow pair and failure series on the metrics page, by name and labels."""
+    return Counter(
+        {
+            (name, tuple(sorted(labels.items()))): int(value)
+            for name, labels, value in samples(metrics.render().decode())
+            if name in ("toolsentry_shadow_pairs_total", "toolsentry_shadow_failures_total")
+        }
+    )
+
+
+def counted_alone(
+    model: str, pairs: list[Pair]
+) -> Counter[tuple[str, tuple[tuple[str, str], ...]]]:
+    """The series `shadow_counts` should read for `pairs` of `model`, counted pair by pair."""
+    want: Counter[tuple[str, tuple[tuple[str, str], ...]]] = Counter()
+    base = {"model": model, "reference": "bf16", "api": "chat"}
+    for pair in pairs:
+        labels = {**base, "outcome": pair.outcome.value}
+        want["toolsentry_shadow_pairs_total", tuple(sorted(labels.items()))] += 1
+        for side, decision in (("primary", pair.primary), ("reference", pair.reference)):
+            for channel in decision.channels:
+                labels = {**base, "side": side, "channel": channel}
+                want["toolsentry_shadow_failures_total", tuple(sorted(labels.items()))] += 1
+    return want
+
+
+async def test_pairs_added_up_by_key_give_the_figures_of_each_pair_counted_alone(
+    reference: Reference, closing: list[Shadow]
+) -> None:
+    reference.script.handler = lambda body: MIX[body["messages"][0]["content"]][1]
+    shadow, metrics, _ = make_shadow(reference, closing, max_in_flight=64)
+    names = ["agree"] * 6 + ["keys"] * 3 + ["unknown"] * 4 + ["both"] * 2 + ["malformed"] * 2
+    names += ["text", "plain", "plain"]
+    expected: dict[str, list[Pair]] = {"gemma-int4": [], "gemma-e2b": []}
+    for round_ in range(2):  # two batches at least, many pairs of one key in each
+        for i, name in enumerate(names):
+            model = "gemma-int4" if i % 3 else "gemma-e2b"
+            primary, answered = MIX[name]
+            body = {**REQUEST, "model": model, "messages": [{"role": "user", "content": name}]}
+            shadowed = replace(request(primary, session=f"s{round_}.{i}", model=model), body=body)
+            assert shadow.submit(shadowed)
+            expected[model].append(Pair.between(chat_judge(primary), chat_judge(answered)))
+        await shadow.drain()
+    outcomes = {p.outcome.value for pairs in expected.values() for p in pairs}
+    assert outcomes == {"agree", "diverge", "primary_only", "reference_only", "both"}
+    data = {entry["model"]: entry for entry in (await shadow.stats())["data"]}
+    assert data == {
+        model: {"model": model, "reference": "bf16", **figures(tally_pairs(pairs))}
+        for model, pairs in expected.items()
+    }
+    assert data["gemma-int4"]["arguments"]["differing_keys"]  # argument keys were counted
+    assert shadow_counts(metrics) == sum(
+        (counted_alone(model, pairs) for model, pairs in expected.items()), Counter()
+    )
+
+
+async def test_a_batch_with_its_names_full_keeps_the_names_each_pair_would_have_kept(
+    reference: Reference, closing: list[Shadow], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Four names fit, the pairs bring seven: the first pair's signature and the second's three
+    # argument keys are in; "aa", "mm" and "bb" come too late, however the keys sort.
+    monkeypatch.setattr("proxy.shadow.MAX_NAMES", 4)
+    shadow, _, store = make_shadow(reference, closing)
+    unknown = "unknown_tool"
+    zz = Decision(("zz",), ('{"k":1}',), ((unknown, "zz"),))
+    aa = Decision(("aa",), ("{}",), ((unknown, "aa"),))
+    ok = Decision(("get_order_details",), ('{"order_id":"#W1","a":1}',), ())
+    other = Decision(("get_order_details",), ('{"order_id":"#W2","b":2}',), ())
+    mm = Decision(("mm", "bb"), ("{}", "{}"), ((unknown, "mm"), (unknown, "bb")))
+    sequence = [(zz, ok), (ok, other), (zz, ok), (aa, ok), (mm, ok), (ok, other), (aa, aa)]
+    fixed: Counter[str] = Counter()
+    kept: dict[str, int] = {}
+    for primary, answered in sequence:  # what counting each pair alone writes
+        shadow._answered(replace(request(VALID), primary=primary), answered, None)
+        pair_fixed, pair_names = pair_counts(Pair.between(primary, answered))
+        fixed.update(pair_fixed)
+        for name, count in pair_names.items():
+            if name in kept or len(kept) < 4:
+                kept[name] = kept.get(name, 0) + count
+    await shadow.flush()
+    assert list(kept) == [
+        "sig|primary|unknown_tool|zz",
+        "args|key|a",
+        "args|key|b",
+        "args|key|order_id",
+    ]
+    assert await store.read_counts("shadow-names:gemma-int4|bf16") == kept
+    assert await store.read_counts("shadow:gemma-int4|bf16") == dict(fixed)
+    assert await store.read_counts("shadow:index") == {"gemma-int4|bf16": len(sequence)}
+
+
+async def test_a_store_that_fails_counts_one_error_for_each_event_of_the_batch(
+    reference: Reference, closing: list[Shadow], refused_port: int
+) -> None:
+    reference.script.push(VALID)
+    store = RedisStore(f"redis://127.0.0.1:{refused_port}/0", socket_timeout_s=1.0)
+    shadow, metrics, _ = make_shadow(reference, closing, store=store)
+    for i in range(7):  # two keys: five pairs agree, two primary_only
+        assert shadow.submit(request(HALLUCINATED if i < 2 else VALID, session=f"s{i}"))
+    continued = {**REQUEST, "input": "and #W2?", "previous_response_id": "resp_1"}
+    skipped = replace(request(VALID), api="responses", path="responses", body=continued)
+    assert not shadow.submit(skipped)  # an event without a pair, in the same batch
+    await shadow.drain()
+    labels = {"model": "gemma-int4", "reference": "bf16"}
+    assert metric(metrics, "toolsentry_shadow_errors_total", kind="store", api="", **labels) == 8
+    chat = {**labels, "api": "chat"}
+    assert metric(metrics, "toolsentry_shadow_pairs_total", outcome="agree", **chat) == 5
+    assert metric(metrics, "toolsentry_shadow_pairs_total", outcome="primary_only", **chat) == 2
+    await shadow.close()
+    closing.clear()
+    await store.close()
 
 
 async def test_the_models_filter_and_the_sample_decide_what_is_shadowed(
