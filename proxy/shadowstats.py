@@ -140,9 +140,8 @@ def signature_of(violation: Violation) -> Signature:
 
 
 def _signatures(violations: Iterable[Violation]) -> tuple[Signature, ...]:
-    if isinstance(violations, (list, tuple)) and not violations:  # a valid answer, the usual
-        return ()
-    return tuple(signature_of(v) for v in violations)
+    # An empty list (a valid answer, the usual) is false; any other iterable is read.
+    return tuple([signature_of(v) for v in violations]) if violations else ()
 
 
 def canonical_arguments(raw: object) -> str | None:
