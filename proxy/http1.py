@@ -52,6 +52,9 @@ import httptools
 _HIGH_WATER = 1 << 20
 _LOW_WATER = 1 << 18
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# Request heads remembered per pool (see `Pool.head`); a trace's `traceparent` makes every head
+# new, so the memo is emptied when full rather than grown.
+_MAX_HEADS = 256
 
 
 class ClosedEarly(ConnectionError):
@@ -505,6 +508,7 @@ class Pool:
         # Connections awaiting a response, and the timer of the sweep that checks their silence.
         self._busy: set[Connection] = set()
         self._sweep: asyncio.TimerHandle | None = None
+        self._heads: dict[tuple[object, ...], bytes] = {}
         self._tick = min(read_timeout / 4, 1.0)
         self._waiters: deque[asyncio.Future[None]] = deque()
         self.closed = False
@@ -522,7 +526,7 @@ class Pool:
         Raises OSError or TimeoutError when no connection could be made, ValueError for a header
         with a line break, and RuntimeError once the pool is closed.
         """
-        head = encode_head(method, target, self.host, headers, None if body is None else len(body))
+        head = self.head(method, target, headers, body)
         return self._send(await self._connection(), method, head, body)
 
     def idle_connection(self) -> Connection | None:
@@ -546,8 +550,7 @@ class Pool:
         Raises ValueError for a header with a line break (the connection stays idle).
         """
         try:
-            length = None if body is None else len(body)
-            head = encode_head(method, target, self.host, headers, length)
+            head = self.head(method, target, headers, body)
         except ValueError:
             self._idle.append(connection)
             raise
@@ -562,8 +565,25 @@ class Pool:
         """Send the request again on a new connection: for a reused one the server closed before
         answering a byte (it was closing it as the request went out)."""
         self.release(connection, exchange)
-        head = encode_head(method, target, self.host, headers, None if body is None else len(body))
+        head = self.head(method, target, headers, body)
         return self._send(await self._new_connection(), method, head, body)
+
+    def head(
+        self, method: str, target: str, headers: Mapping[str, str], body: bytes | None
+    ) -> bytes:
+        """`encode_head` for this pool's host, its line and headers remembered per (method,
+        target, headers): an upstream's requests mostly repeat them, only their length differs.
+        Raises ValueError for a header with a line break."""
+        key = (method, target, *headers.items())
+        start = self._heads.get(key)
+        if start is None:
+            start = encode_head(method, target, self.host, headers, None)[:-2]  # no blank line
+            if len(self._heads) >= _MAX_HEADS:
+                self._heads.clear()
+            self._heads[key] = start
+        if body is None:
+            return start + b"\r\n"
+        return b"%scontent-length: %d\r\n\r\n" % (start, len(body))
 
     def _send(
         self, connection: Connection, method: str, head: bytes, body: bytes | None
