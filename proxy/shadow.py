@@ -2,10 +2,11 @@
 in the background, and both answers' tool decisions are compared and counted.
 
 The turn hands a `ShadowRequest` to `Shadow.submit` once the client's answer is settled; nothing
-here can delay or change that answer. `submit` never awaits: it sends the request on an idle
+here can delay or change that answer. `submit` never awaits and sends nothing itself: once the
+turn's step has ended (the client's response written), the request goes out on an idle
 connection of the reference's pool, the answer judged and counted by the connection's callback
 (`HttpUpstream.send`: no task, no future per pair, which the proxy's CPU shares with the client's
-requests), or, with no idle connection, starts one background task that makes one; with
+requests), or, with no idle connection, in one background task that makes one; with
 `max_in_flight` requests already under way it drops the pair and counts the drop. A request the
 reference could not be asked as is — a Responses turn that continues a response or conversation
 stored at the primary's upstream (`shadowstats.skip_reason`) — is not sent: it is counted as
@@ -98,7 +99,9 @@ against the same request as the primary's answer. Raises ToolsentryError (or Val
 the reply is not an answer of the protocol."""
 
 
-@dataclass(slots=True)  # not frozen: a frozen dataclass of this size costs µs per turn to make
+# Not frozen: a frozen dataclass of this size costs µs per turn to make. Compared and hashed by
+# identity: each is one pair under way (the shadow's table of what is in flight is keyed by it).
+@dataclass(slots=True, eq=False)
 class ShadowRequest:
     """What the turn hands over once the client's answer is settled.
 
@@ -298,12 +301,11 @@ class Shadow:
         self._log = log
         self._clock = clock
         self._models = frozenset(config.models)
-        # The shadow requests in flight (a request sent on an idle connection, or the task that
-        # makes one), their deadlines and requests, in the order they started: all have the
-        # same timeout, so the first is the next to expire. One timer (`_watch`) waits for it,
-        # where an `asyncio.timeout` per request would arm and cancel one each. `_drained`:
-        # what `drain` waits on until nothing is in flight.
-        self._flight: dict[asyncio.Task[None] | Sent, tuple[float, ShadowRequest]] = {}
+        # The shadow requests under way, in the order they started, with their deadlines and
+        # what carries each (`_InFlight`): all have the same timeout, so the first is the next
+        # to expire. One timer (`_watch`) waits for it, where an `asyncio.timeout` per request
+        # would arm and cancel one each. `_drained`: what `drain` waits on until none is left.
+        self._flight: dict[ShadowRequest, _InFlight] = {}
         self._overdue: set[asyncio.Task[None]] = set()
         self._watch: asyncio.TimerHandle | None = None
         self._drained: asyncio.Future[None] | None = None
@@ -357,19 +359,26 @@ class Shadow:
         deadline = loop.time() + self.config.timeout
         trace = CURRENT_TRACE.get()
         beside = None if trace is None else trace.beside("shadow")  # its try: a span of its own
-        sent = self._send_now(request, beside) if self._send is not None else None
-        if sent is not None:
-            self._flight[sent] = (deadline, request)
-        else:
-            context = contextvars.copy_context()
-            if beside is not None:
-                context.run(CURRENT_TRACE.set, beside)
-            task = loop.create_task(self._run(request), context=context)
-            self._flight[task] = (deadline, request)
-            task.add_done_callback(self._finished)
+        # The turn closes before the client's response is written: the request goes out once
+        # this step of the turn has ended (a callback runs in a copy of the request's context).
+        entry = self._flight[request] = _InFlight(deadline)
+        entry.job = loop.call_soon(self._start, request, entry, beside)
         if self._watch is None:
             self._watch = loop.call_at(deadline, self._expire)
         return True
+
+    def _start(self, request: ShadowRequest, entry: _InFlight, trace: Any) -> None:
+        """Send `request` on an idle connection, or start the task that makes one."""
+        sent = self._send_now(request, trace) if self._send is not None else None
+        if sent is not None:
+            entry.job = sent
+            return
+        context = contextvars.copy_context()
+        if trace is not None:
+            context.run(CURRENT_TRACE.set, trace)
+        task = asyncio.get_running_loop().create_task(self._run(request), context=context)
+        entry.job = task
+        task.add_done_callback(functools.partial(self._finished, request))
 
     def _send_now(self, request: ShadowRequest, trace: Any) -> Sent | None:
         """Send `request` on an idle connection of the reference's (None: none is idle)."""
@@ -386,12 +395,12 @@ class Shadow:
             trace=trace,
         )
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._left(task)
+    def _finished(self, request: ShadowRequest, task: asyncio.Task[None]) -> None:
+        self._left(request)
         self._overdue.discard(task)
 
-    def _left(self, key: asyncio.Task[None] | Sent) -> None:
-        del self._flight[key]
+    def _left(self, request: ShadowRequest) -> None:
+        del self._flight[request]
         if not self._flight and self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
 
@@ -400,26 +409,28 @@ class Shadow:
         self._watch = None
         loop = asyncio.get_running_loop()
         now = loop.time()
-        late: list[tuple[Sent, ShadowRequest]] = []
-        for key, (deadline, request) in self._flight.items():
-            if deadline > now:
-                self._watch = loop.call_at(deadline, self._expire)
+        late: list[tuple[ShadowRequest, asyncio.Handle | Sent | None]] = []
+        for request, entry in self._flight.items():
+            if entry.deadline > now:
+                self._watch = loop.call_at(entry.deadline, self._expire)
                 break
-            if isinstance(key, Sent):
-                late.append((key, request))
-            elif key not in self._overdue:  # a task leaves the dict when done, later
-                self._overdue.add(key)
-                key.cancel()
-        for sent, request in late:
-            sent.cancel()
-            self._left(sent)
+            job = entry.job
+            if not isinstance(job, asyncio.Task):
+                late.append((request, job))
+            elif job not in self._overdue:  # a task leaves the table when done, later
+                self._overdue.add(job)
+                job.cancel()
+        for request, job in late:
+            if job is not None:
+                job.cancel()
+            self._left(request)
             self._failed(request, "timeout")
 
     def _replied(
         self, request: ShadowRequest, sent: Sent, result: UpstreamResponse | ToolsentryError
     ) -> None:
         """The reference's answer to a request sent on an idle connection (or why none came)."""
-        self._left(sent)
+        self._left(request)
         try:
             if isinstance(result, ToolsentryError):
                 raise _ReferenceFailed(_failure_kind(result)) from result
@@ -644,14 +655,17 @@ class Shadow:
             self._watch.cancel()
             self._watch = None
         tasks: list[asyncio.Task[None]] = []
-        for key in list(self._flight):
-            key.cancel()
-            if isinstance(key, Sent):
-                self._left(key)
-                if key.task is not None:
-                    tasks.append(key.task)
-            else:
-                tasks.append(key)
+        for request, entry in list(self._flight.items()):
+            job = entry.job
+            if isinstance(job, asyncio.Task):  # it leaves the table when done
+                job.cancel()
+                tasks.append(job)
+                continue
+            if job is not None:
+                job.cancel()
+                if isinstance(job, Sent) and job.task is not None:
+                    tasks.append(job.task)
+            self._left(request)
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._flusher is not None:
             await asyncio.gather(self._flusher, return_exceptions=True)
@@ -659,6 +673,18 @@ class Shadow:
         await self.reference.close()
         if self._log is not None:
             self._log.close()
+
+
+class _InFlight:
+    """A shadow request under way: its deadline, and what carries it — its start, scheduled for
+    once the turn's step ends (`asyncio.Handle`), the request sent on an idle connection
+    (`Sent`), or the task that makes a connection for it."""
+
+    __slots__ = ("deadline", "job")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.job: asyncio.Handle | Sent | asyncio.Task[None] | None = None
 
 
 class _Pending:

@@ -172,10 +172,17 @@ async def warm(shadow: Shadow, reference: Reference) -> None:
     assert shadow.reference.pool().idle == 1
 
 
-def submit_without_a_task(shadow: Shadow, shadowed: ShadowRequest) -> None:
+async def submit_without_a_task(shadow: Shadow, shadowed: ShadowRequest) -> None:
+    """Submit `shadowed` on a warm pool: nothing goes out before the submitting step ends (the
+    turn closes before the client's response is written), then it goes on the idle connection,
+    no task made."""
+    assert isinstance(shadow.reference, HttpUpstream)
     before = len(asyncio.all_tasks())
     assert shadow.submit(shadowed)
     assert shadow.in_flight == 1
+    assert shadow.reference.pool().idle == 1  # not sent yet
+    await asyncio.sleep(0)
+    assert shadow.reference.pool().idle == 0
     assert len(asyncio.all_tasks()) == before
 
 
@@ -190,7 +197,7 @@ async def test_a_pair_goes_to_the_reference_non_streamed_and_is_counted_everywhe
         reference.script.push(VALID)
         # The request id comes from the request's own context when the turn gives none.
         with structlog.contextvars.bound_contextvars(request_id="r1"):
-            submit_without_a_task(shadow, replace(request(HALLUCINATED), request_id=None))
+            await submit_without_a_task(shadow, replace(request(HALLUCINATED), request_id=None))
     else:
         reference.script.push(VALID)
         assert shadow.submit(request(HALLUCINATED))
@@ -300,7 +307,7 @@ async def test_a_failing_reference_is_counted_by_kind_and_asked_once(
     if idle:
         await warm(shadow, reference)
         reference.script.push(reply)
-        submit_without_a_task(shadow, request(VALID))
+        await submit_without_a_task(shadow, request(VALID))
     else:
         reference.script.push(reply)
         shadow.submit(request(VALID))
@@ -352,6 +359,7 @@ async def test_close_cancels_what_is_in_flight_and_leaves_no_task(
     before = len(asyncio.all_tasks())
     for i in range(4):
         shadow.submit(request(VALID, session=f"s{i}"))
+    await asyncio.sleep(0)  # the starts run once the submitting step ends: no idle connection
     assert len(asyncio.all_tasks()) == before + 4
     await shadow.close()
     closing.clear()
@@ -931,7 +939,7 @@ async def test_a_reference_failing_on_an_idle_connection_is_counted_by_kind(
     upstream = HttpUpstream(entry, api_key=None, retries=0)
     shadow, metrics = shadow_over(upstream, config, closing)
     await upstream.request("POST", "chat/completions", body=b"{}", headers={})
-    submit_without_a_task(shadow, request(VALID))
+    await submit_without_a_task(shadow, request(VALID))
     await asyncio.wait_for(shadow.drain(), 10)
     server.close()
     await server.wait_closed()
@@ -947,7 +955,7 @@ async def test_close_ends_what_is_in_flight_on_idle_connections_uncounted(
     shadow, metrics, _ = make_shadow(reference, closing, max_in_flight=4)
     await warm(shadow, reference)
     reference.script.push(Fault(200, VALID, delay=1.0))  # still asked when the shadow closes
-    submit_without_a_task(shadow, request(VALID))
+    await submit_without_a_task(shadow, request(VALID))
     await asyncio.sleep(0.1)
     await shadow.close()
     closing.clear()
