@@ -342,8 +342,8 @@ class HttpUpstream:
     ) -> Sent | None:
         """Send one request with no task waiting for it: on an idle pooled connection, its
         response read whole and handed to `done(sent, response)` — or the UpstreamError it ended
-        in — from the event loop's callbacks, once. None, with nothing sent, when no connection is idle (`request`
-        makes one). `trace`: the request's trace the try is a span of.
+        in — from the event loop's callbacks, once. None, with nothing sent, when no connection
+        is idle (`request` makes one). `trace`: the request's trace the try is a span of.
 
         No retries, as `request` with `retries=0`: a 502/503/504 is handed over as it is; a
         reused connection the server closed before answering a byte is replaced once.

@@ -35,11 +35,11 @@ from proxy.session.stores import MemoryStore, SessionStore
 from proxy.shadow import (
     FLUSH_SECONDS,
     Shadow,
-    ShadowLog,
     ShadowRequest,
     open_shadow,
     reference_upstream,
 )
+from proxy.shadowlog import ShadowLog
 from proxy.shadowstats import Decision, Pair, figures, pair_counts, tally_pairs
 from proxy.testing import (
     Fault,
