@@ -565,7 +565,8 @@ def replay_command(
             kept = sum(len(r.simulations) for r in replay.runs.values())
             console.print(
                 f"interrupted: {kept} finished episodes kept in {replay.out}; "
-                f"finish with: evalkit replay --resume {replay.out}"
+                f"finish with: evalkit replay --resume {replay.out}",
+                soft_wrap=True,  # one line: the command is copied as it stands
             )
             raise typer.Exit(130) from None
         runs = summarize_replay(replay)

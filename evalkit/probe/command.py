@@ -194,6 +194,7 @@ def probe_command(
                 f"interrupted: {len(run.answers)} of {run.total()} answers kept in {run.out}; "
                 f"finish with: evalkit probe --resume {run.out}",
                 highlight=False,
+                soft_wrap=True,  # one line: the command is copied as it stands
             )
             raise typer.Exit(130) from None
     for renderable in render_terminal(figures):

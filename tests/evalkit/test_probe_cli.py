@@ -274,7 +274,7 @@ def test_an_endpoint_that_is_down_exits_non_zero_and_nothing_is_lost(
     )  # fmt: skip
     assert result.exit_code == 5
     assert "HTTP" in result.output or "failed after 2 attempts" in result.output
-    assert f"evalkit probe --resume {out}" in result.output.replace("\n", "")
+    assert f"evalkit probe --resume {out}" in result.output  # on one line, as it is copied
     kept = (out / "answers.jsonl").read_text().splitlines()
     assert len(kept) == 5
     assert not (out / "probe.json").exists()
@@ -312,7 +312,7 @@ def test_ctrl_c_keeps_the_finished_answers_and_resume_asks_the_rest(
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
-    assert f"finish with: evalkit probe --resume {out}" in err.replace("\n", "")
+    assert f"finish with: evalkit probe --resume {out}\n" in err  # on one line, as it is copied
     assert len(journal.read_text().splitlines()) == 1
     upstream.gate.delay = 0.0
     resumed = probe("--resume", str(out))

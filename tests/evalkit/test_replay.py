@@ -393,7 +393,7 @@ def test_ctrl_c_keeps_finished_episodes_and_says_how_to_resume(tmp_path: Path) -
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 130, output.decode()[-2000:]
-    assert f"evalkit replay --resume {out}" in output.decode().replace("\n", "")
+    assert f"finish with: evalkit replay --resume {out}\n" in output.decode()  # on one line
     kept = read_results(results).simulations
     assert 0 < len(kept) < 46
 
