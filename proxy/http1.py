@@ -152,6 +152,7 @@ class Exchange:
         "got_bytes",
         "head_only",
         "headers",
+        "raw_headers",
         "status",
     )
 
@@ -160,7 +161,8 @@ class Exchange:
         self._loop = loop
         self.head_only = head_only  # a HEAD request: the response has no body whatever it says
         self.status = 0
-        self.headers: dict[str, str] = {}
+        self.headers: dict[str, str] = {}  # lower-case names, decoded once the head is complete
+        self.raw_headers: list[tuple[bytes, bytes]] = []  # as the parser hands them over
         self.complete = False
         self.got_bytes = False
         self._headed = False
@@ -232,15 +234,15 @@ class Exchange:
         self._error = error
         self._wake()
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        known = self.headers.get(key)
-        self.headers[key] = text if known is None else f"{known}, {text}"
-
     def on_headers_complete(self, status: int) -> None:
         self.status = status
-        encoding = self.headers.get("content-encoding", "identity").strip().lower()
+        headers = self.headers
+        for name, value in self.raw_headers:  # decoded in one pass, not a call per header
+            key = name.decode("latin-1").lower()
+            text = value.decode("latin-1")
+            known = headers.get(key)
+            headers[key] = text if known is None else f"{known}, {text}"
+        encoding = headers.get("content-encoding", "identity").strip().lower()
         if encoding in ("gzip", "x-gzip"):
             self._decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif encoding == "deflate":
@@ -250,8 +252,8 @@ class Exchange:
             return
         # Neither a length nor chunks: the body runs until the server closes the connection.
         self._ends_at_close = (
-            "content-length" not in self.headers
-            and "chunked" not in self.headers.get("transfer-encoding", "")
+            "content-length" not in headers
+            and "chunked" not in headers.get("transfer-encoding", "")
             and status not in (204, 304)
         )
         self._headed = True
@@ -259,17 +261,25 @@ class Exchange:
 
     def on_body(self, body: bytes) -> None:
         if self._decoder is not None:
-            try:
-                body = self._decoder.decompress(body)
-            except zlib.error as exc:
-                self._connection.broken(InvalidResponse(f"a body that does not decode: {exc}"))
+            decoded = self._decoded(body)
+            if decoded is None:
                 return
+            body = decoded
         self._chunks.append(body)
         self._size += len(body)
         if self._size > _HIGH_WATER and not self._paused and not self._whole:
             self._paused = True
             self._connection.pause()
         self._wake()
+
+    def _decoded(self, body: bytes) -> bytes | None:
+        """`body` decoded (gzip, deflate); None when it does not decode (the exchange failed)."""
+        assert self._decoder is not None
+        try:
+            return self._decoder.decompress(body)
+        except zlib.error as exc:
+            self._connection.broken(InvalidResponse(f"a body that does not decode: {exc}"))
+            return None
 
     def on_message_complete(self) -> None:
         if self._decoder is not None:
@@ -300,15 +310,24 @@ class Delivery(Exchange):
 
     __slots__ = ("_done",)
 
-    def __init__(
-        self,
-        connection: Connection,
-        loop: asyncio.AbstractEventLoop,
-        done: Callable[[Delivery], None],
-    ) -> None:
-        super().__init__(connection, loop, head_only=False)
-        self._whole = True
+    def __init__(self, connection: Connection, done: Callable[[Delivery], None]) -> None:
+        # Not Exchange's __init__: one is made per request the shadow sends, and only what the
+        # connection's side and `on_body` below read is set (no reader's waiter, sizes or
+        # back-pressure).
+        self._connection = connection
         self._done: Callable[[Delivery], None] | None = done
+        self.head_only = False
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.raw_headers: list[tuple[bytes, bytes]] = []
+        self.complete = False
+        self.got_bytes = False
+        self._headed = False
+        self._chunks: deque[bytes] = deque()
+        self._paused = False  # never: read whole, nothing to hold back
+        self._error: BaseException | None = None
+        self._decoder: zlib._Decompress | None = None
+        self._ends_at_close = False
 
     @property
     def error(self) -> BaseException | None:
@@ -322,6 +341,13 @@ class Delivery(Exchange):
     def abandon(self) -> None:
         """Never call `done`: its caller gave up on the response."""
         self._done = None
+
+    def on_body(self, body: bytes) -> None:
+        # No reader to wake before the end, and no back-pressure.
+        if self._decoder is None:
+            self._chunks.append(body)
+        elif (decoded := self._decoded(body)) is not None:
+            self._chunks.append(decoded)
 
     def _wake(self) -> None:
         if not self.complete and self._error is None:
@@ -395,8 +421,9 @@ class Connection(asyncio.Protocol):
     # -- httptools' callbacks (the parser calls them on this object)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self._exchange is not None:
-            self._exchange.on_header(name, value)
+        exchange = self._exchange
+        if exchange is not None:
+            exchange.raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         exchange = self._exchange
@@ -554,7 +581,7 @@ class Pool:
         except ValueError:
             self._idle.append(connection)
             raise
-        delivery = Delivery(connection, self.loop, done)
+        delivery = Delivery(connection, done)
         connection.send(head, body, delivery)
         return delivery
 

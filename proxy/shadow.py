@@ -199,6 +199,7 @@ class Shadow:
         self._log = log
         self._clock = clock
         self._models = frozenset(config.models)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once submitted to
         # The shadow requests under way, in the order they started, with their deadlines and
         # what carries each (`_InFlight`): all have the same timeout, so the first is the next
         # to expire. One timer (`_watch`) waits for it, where an `asyncio.timeout` per request
@@ -253,7 +254,9 @@ class Shadow:
             self._count(request.model, {DROPPED: 1})
             self._write_log(request, {"event": "dropped"})
             return False
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:  # asked once: asyncio asks the OS for the process id every time
+            loop = self._loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.timeout
         trace = CURRENT_TRACE.get()
         beside = None if trace is None else trace.beside("shadow")  # its try: a span of its own

@@ -52,6 +52,7 @@ from proxy.tracing import AttemptSpan, RequestTrace
 
 RETRYABLE_STATUS = frozenset({502, 503, 504})
 _MAX_CACHED_URLS = 64
+_MAX_CACHED_REQUESTS = 256
 _T = TypeVar("_T")
 
 # Hop-by-hop and length headers are the transport's business, never forwarded either way.
@@ -184,6 +185,7 @@ class HttpUpstream:
         self._origin = Origin.of(config.base_url)
         self._pool: Pool | None = None
         self._urls: dict[str, tuple[str, str]] = {}
+        self._requests: dict[tuple[object, ...], tuple[tuple[str, str], dict[str, str]]] = {}
 
     def pool(self) -> Pool:
         """The connection pool, made on first use so it binds to the server's running loop."""
@@ -197,6 +199,22 @@ class HttpUpstream:
                 read_timeout=self.config.timeout,
             )
         return pool
+
+    def _prepared(
+        self, path: str, headers: Mapping[str, str], has_body: bool
+    ) -> tuple[tuple[str, str], dict[str, str]]:
+        """A request's URL (with its target) and the headers it is sent with, worked out once
+        per (path, headers): a client's requests mostly repeat them. The headers are shared
+        between requests, so never changed: a try that adds to them (a trace's traceparent)
+        copies them first."""
+        key = (path, has_body, *headers.items())
+        known = self._requests.get(key)
+        if known is None:
+            known = (self._url(path), self._headers(headers, has_body))
+            if len(self._requests) >= _MAX_CACHED_REQUESTS:  # a header that differs every time
+                self._requests.clear()
+            self._requests[key] = known
+        return known
 
     def _url(self, path: str) -> tuple[str, str]:
         # The URL and its request target (path and query, quoted), worked out once per path.
@@ -247,8 +265,7 @@ class HttpUpstream:
         Retries connect errors, timeouts and 502/503/504 before the first byte. Raises
         UpstreamTimeoutError, UpstreamConnectError or UpstreamError naming this upstream.
         """
-        url = self._url(path)
-        sent_headers = self._headers(headers, body is not None)
+        url, sent_headers = self._prepared(path, headers, body is not None)
         try:
             if not self._retries:  # one try: nothing for the retry policy to do
                 return await self._once(method, url, body, sent_headers)
@@ -352,10 +369,10 @@ class HttpUpstream:
         connection = pool.idle_connection()
         if connection is None:
             return None
-        url = self._url(path)
-        sent_headers = self._headers(headers, body is not None)
+        url, sent_headers = self._prepared(path, headers, body is not None)
         attempt: AttemptSpan | None = None
         if trace is not None:  # a span for the try, and its traceparent for the upstream
+            sent_headers = dict(sent_headers)
             attempt = trace.upstream_try(self.name, url[0], sent_headers)
         sent = Sent(self, pool, connection, method, url, body, sent_headers, done, trace, attempt)
         sent.delivery = pool.deliver(connection, method, url[1], sent_headers, body, sent.delivered)
@@ -374,8 +391,7 @@ class HttpUpstream:
         Raises UpstreamConnectError or UpstreamTimeoutError when no response came; errors while
         reading `chunks` are translated too (UpstreamError and subclasses).
         """
-        url = self._url(path)
-        sent_headers = self._headers(headers, body is not None)
+        url, sent_headers = self._prepared(path, headers, body is not None)
         opened_try: list[AttemptSpan] = []
         held: tuple[Pool, Connection, Exchange] | None = None
         try:

@@ -28,6 +28,8 @@ from proxy.errors import (
     UpstreamProtocolError,
     UpstreamTimeoutError,
 )
+from proxy.otlp import SpanKind, SpanRecord, new_id
+from proxy.tracing import RequestTrace
 from proxy.upstream import HttpUpstream, Sent, UpstreamResponse
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -408,6 +410,59 @@ async def test_a_request_sent_on_an_idle_connection_is_answered_through_the_call
         assert (answer.status, answer.json()) == (200, {"n": 2})
         assert upstream.pool().idle == 1  # the connection went back to the pool
     assert server.connections == 1
+
+
+async def test_an_answer_through_the_callback_has_its_headers_and_a_gzip_body_decoded() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while request := await read_request(reader):
+            body = request.partition(b"\r\n\r\n")[2]
+            if body == b'{"zip":"bad"}':
+                writer.write(reply(b"not gzip", "content-encoding: gzip"))
+            elif body == b'{"zip":1}':
+                packed = gzip.compress(b'{"ok":true}')
+                writer.write(reply(packed, "content-encoding: gzip", "x-a: 1", "X-A: 2"))
+            else:
+                writer.write(reply(body))
+            await writer.drain()
+
+    async with Server(handler).running() as upstream:
+        await upstream.request("POST", "x", body=b"{}", headers={})
+        answers = Answers()
+        assert upstream.send("POST", "x", body=b'{"zip":1}', headers={}, done=answers)
+        answer = await answers.one()
+        assert isinstance(answer, UpstreamResponse)
+        assert answer.json() == {"ok": True}
+        assert (answer.headers["content-encoding"], answer.headers["x-a"]) == ("gzip", "1, 2")
+        broken = Answers()
+        assert upstream.send("POST", "x", body=b'{"zip":"bad"}', headers={}, done=broken)
+        failed = await broken.one()
+        assert isinstance(failed, UpstreamProtocolError)
+        assert "a body that does not decode" in str(failed)
+        assert upstream.pool().idle == 0  # that connection was closed
+
+
+async def test_a_traced_try_adds_its_traceparent_to_its_own_request_only() -> None:
+    # The headers a request is sent with are worked out once per (path, headers) and shared:
+    # a traced try's traceparent must not stay behind in them for the next request.
+    seen: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while request := await read_request(reader):
+            seen.append(request.partition(b"\r\n\r\n")[0].lower())
+            writer.write(reply(b"{}"))
+            await writer.drain()
+
+    server = SpanRecord("chat m", SpanKind.SERVER, new_id(128), 0, {})
+    async with Server(handler).running() as upstream:
+        headers = {"x-a": "1"}
+        await upstream.request("POST", "x", body=b"{}", headers=headers)
+        answers = Answers()
+        trace = RequestTrace(None, server, "chat", "m").beside("shadow")
+        assert upstream.send("POST", "x", body=b"{}", headers=headers, done=answers, trace=trace)
+        await answers.one()
+        await upstream.request("POST", "x", body=b"{}", headers=headers)
+    assert [b"traceparent:" in head for head in seen] == [False, True, False]
+    assert all(b"x-a: 1" in head for head in seen)
 
 
 async def test_a_callback_that_raises_is_reported_and_the_connection_kept() -> None:
