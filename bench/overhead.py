@@ -901,10 +901,10 @@ def measure_side_by_side(
 ) -> dict[str, dict[str, float]]:
     """The shadow's throughput goal, measured so that a shared core's drift cancels out:
     `toolsentry` and `toolsentry-shadow` resumed together on the proxy's core, each under a wrk
-    of its own at concurrency 64 for `--duration` seconds (after a second of warm-up, also side
-    by side). Both are CPU-bound and the scheduler gives each half the core, so the ratio of
-    their requests/s is the inverse ratio of their CPU per request, at whatever speed the core
-    ran in those seconds. `rps` by target; empty when either target is not running."""
+    of its own at concurrency 64 for `--duration` seconds (`side_by_side`). Both are CPU-bound
+    and the scheduler gives each half the core, so the ratio of their requests/s is the inverse
+    ratio of their CPU per request, at whatever speed the core ran in those seconds. `rps` by
+    target; empty when either target is not running."""
     pair = [running.get("toolsentry"), running.get(SHADOW)]
     if any(server is None for server in pair) or SIDE_BY_SIDE_WORKLOAD not in bodies:
         return {}
@@ -914,28 +914,33 @@ def measure_side_by_side(
     for server in servers:
         server.resume()
     try:
-        with concurrent.futures.ThreadPoolExecutor(len(servers)) as pool:
-
-            def run(seconds: float) -> list[dict[str, float]]:
-                return list(
-                    pool.map(
-                        lambda server: run_wrk(
-                            server.url_for(route),
-                            body_file,
-                            HIGH_CONCURRENCY,
-                            seconds,
-                            placement.load,
-                        ),
-                        servers,
-                    )
-                )
-
-            run(1)  # warm-up
-            measured = run(args.duration)
+        rps = side_by_side(servers, route, body_file, args.duration, placement.load)
     finally:
         for server in servers:
             server.pause()
-    return {server.name: {"rps": m["rps"]} for server, m in zip(servers, measured, strict=True)}
+    return {server.name: {"rps": value} for server, value in zip(servers, rps, strict=True)}
+
+
+def side_by_side(
+    servers: Sequence[Server], route: str, body_file: Path, seconds: float, cpus: str
+) -> list[float]:
+    """The requests/s of each of `servers` (running), all under load at once: a wrk of its own
+    each at concurrency 64 for `seconds`, after two seconds of warm-up, also all at once (a
+    shadowing proxy's first seconds at c64 open its connections to the reference)."""
+    with concurrent.futures.ThreadPoolExecutor(len(servers)) as pool:
+
+        def run(duration: float) -> list[dict[str, float]]:
+            return list(
+                pool.map(
+                    lambda server: run_wrk(
+                        server.url_for(route), body_file, HIGH_CONCURRENCY, duration, cpus
+                    ),
+                    servers,
+                )
+            )
+
+        run(2)  # warm-up
+        return [measured["rps"] for measured in run(seconds)]
 
 
 def describe(sample: Sample) -> str:
