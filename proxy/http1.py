@@ -129,11 +129,11 @@ def _breaks(text: str) -> bool:
     return "\r" in text or "\n" in text
 
 
-class Exchange:
-    """One request's response on one connection: its head, then its body whole or in chunks.
-
-    Made by `Pool.exchange`; hand it back with `Pool.release` once done with it (read, failed or
-    abandoned): only a response read to its end leaves its connection reusable.
+class Response:
+    """A response on one connection as the connection's side reads it: its head decoded, its body
+    gathered (decoded when gzip or deflate), its end or its failure. What reads it is a subclass:
+    `Exchange`, a task awaiting the head and the body, or `Delivery`, a callback at the end; each
+    says how the reader is woken (`_wake`) and how a piece of the body is taken (`on_body`).
     """
 
     __slots__ = (
@@ -143,11 +143,7 @@ class Exchange:
         "_ends_at_close",
         "_error",
         "_headed",
-        "_loop",
         "_paused",
-        "_size",
-        "_waiter",
-        "_whole",
         "complete",
         "got_bytes",
         "head_only",
@@ -156,9 +152,8 @@ class Exchange:
         "status",
     )
 
-    def __init__(self, connection: Connection, loop: asyncio.AbstractEventLoop, head_only: bool):
+    def __init__(self, connection: Connection, head_only: bool) -> None:
         self._connection = connection
-        self._loop = loop
         self.head_only = head_only  # a HEAD request: the response has no body whatever it says
         self.status = 0
         self.headers: dict[str, str] = {}  # lower-case names, decoded once the head is complete
@@ -167,12 +162,89 @@ class Exchange:
         self.got_bytes = False
         self._headed = False
         self._chunks: deque[bytes] = deque()
-        self._size = 0
         self._paused = False
         self._error: BaseException | None = None
-        self._waiter: asyncio.Future[None] | None = None
         self._decoder: zlib._Decompress | None = None
         self._ends_at_close = False
+
+    def _fail(self, error: BaseException) -> None:
+        if self.complete or self._error is not None:
+            return
+        self._error = error
+        self._wake()
+
+    def on_headers_complete(self, status: int) -> None:
+        self.status = status
+        headers = self.headers
+        for name, value in self.raw_headers:  # decoded in one pass, not a call per header
+            key = name.decode("latin-1").lower()
+            text = value.decode("latin-1")
+            known = headers.get(key)
+            headers[key] = text if known is None else f"{known}, {text}"
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        if encoding in ("gzip", "x-gzip"):
+            self._decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding == "deflate":
+            self._decoder = zlib.decompressobj()
+        elif encoding != "identity":
+            self._connection.broken(InvalidResponse(f"a body in {encoding!r}, never asked for"))
+            return
+        # Neither a length nor chunks: the body runs until the server closes the connection.
+        self._ends_at_close = (
+            "content-length" not in headers
+            and "chunked" not in headers.get("transfer-encoding", "")
+            and status not in (204, 304)
+        )
+        self._headed = True
+        self._wake()
+
+    def _decoded(self, body: bytes) -> bytes | None:
+        """`body` decoded (gzip, deflate); None when it does not decode (the exchange failed)."""
+        assert self._decoder is not None
+        try:
+            return self._decoder.decompress(body)
+        except zlib.error as exc:
+            self._connection.broken(InvalidResponse(f"a body that does not decode: {exc}"))
+            return None
+
+    def on_message_complete(self) -> None:
+        if self._decoder is not None:
+            tail = self._decoder.flush()
+            if tail:
+                self._chunks.append(tail)
+        self.complete = True
+        self._wake()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def ends_at_close(self) -> bool:
+        """Whether the body is framed by the connection's end (no length, no chunks)."""
+        return self._headed and self._ends_at_close
+
+    def _wake(self) -> None:  # pragma: no cover (each reader's own)
+        raise NotImplementedError
+
+    def on_body(self, body: bytes) -> None:  # pragma: no cover (each reader's own)
+        raise NotImplementedError
+
+
+class Exchange(Response):
+    """One request's response on one connection: its head, then its body whole or in chunks.
+
+    Made by `Pool.exchange`; hand it back with `Pool.release` once done with it (read, failed or
+    abandoned): only a response read to its end leaves its connection reusable.
+    """
+
+    __slots__ = ("_loop", "_size", "_waiter", "_whole")
+
+    def __init__(self, connection: Connection, loop: asyncio.AbstractEventLoop, head_only: bool):
+        super().__init__(connection, head_only)
+        self._loop = loop
+        self._size = 0
+        self._waiter: asyncio.Future[None] | None = None
         self._whole = False  # read whole: nothing takes pieces before the end, so no back-pressure
 
     # -- the reader's side
@@ -226,39 +298,6 @@ class Exchange:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    # -- the connection's side
-
-    def _fail(self, error: BaseException) -> None:
-        if self.complete or self._error is not None:
-            return
-        self._error = error
-        self._wake()
-
-    def on_headers_complete(self, status: int) -> None:
-        self.status = status
-        headers = self.headers
-        for name, value in self.raw_headers:  # decoded in one pass, not a call per header
-            key = name.decode("latin-1").lower()
-            text = value.decode("latin-1")
-            known = headers.get(key)
-            headers[key] = text if known is None else f"{known}, {text}"
-        encoding = headers.get("content-encoding", "identity").strip().lower()
-        if encoding in ("gzip", "x-gzip"):
-            self._decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif encoding == "deflate":
-            self._decoder = zlib.decompressobj()
-        elif encoding != "identity":
-            self._connection.broken(InvalidResponse(f"a body in {encoding!r}, never asked for"))
-            return
-        # Neither a length nor chunks: the body runs until the server closes the connection.
-        self._ends_at_close = (
-            "content-length" not in headers
-            and "chunked" not in headers.get("transfer-encoding", "")
-            and status not in (204, 304)
-        )
-        self._headed = True
-        self._wake()
-
     def on_body(self, body: bytes) -> None:
         if self._decoder is not None:
             decoded = self._decoded(body)
@@ -272,34 +311,8 @@ class Exchange:
             self._connection.pause()
         self._wake()
 
-    def _decoded(self, body: bytes) -> bytes | None:
-        """`body` decoded (gzip, deflate); None when it does not decode (the exchange failed)."""
-        assert self._decoder is not None
-        try:
-            return self._decoder.decompress(body)
-        except zlib.error as exc:
-            self._connection.broken(InvalidResponse(f"a body that does not decode: {exc}"))
-            return None
 
-    def on_message_complete(self) -> None:
-        if self._decoder is not None:
-            tail = self._decoder.flush()
-            if tail:
-                self._chunks.append(tail)
-        self.complete = True
-        self._wake()
-
-    @property
-    def paused(self) -> bool:
-        return self._paused
-
-    @property
-    def ends_at_close(self) -> bool:
-        """Whether the body is framed by the connection's end (no length, no chunks)."""
-        return self._headed and self._ends_at_close
-
-
-class Delivery(Exchange):
+class Delivery(Response):
     """An exchange read whole whose reader is a callback: `done(delivery)` is called once, from
     the connection's callbacks, when the response is complete or has failed (`error`), where an
     `Exchange` wakes a task that awaits it — no task and no future per response.
@@ -311,23 +324,8 @@ class Delivery(Exchange):
     __slots__ = ("_done",)
 
     def __init__(self, connection: Connection, done: Callable[[Delivery], None]) -> None:
-        # Not Exchange's __init__: one is made per request the shadow sends, and only what the
-        # connection's side and `on_body` below read is set (no reader's waiter, sizes or
-        # back-pressure).
-        self._connection = connection
+        super().__init__(connection, head_only=False)
         self._done: Callable[[Delivery], None] | None = done
-        self.head_only = False
-        self.status = 0
-        self.headers: dict[str, str] = {}
-        self.raw_headers: list[tuple[bytes, bytes]] = []
-        self.complete = False
-        self.got_bytes = False
-        self._headed = False
-        self._chunks: deque[bytes] = deque()
-        self._paused = False  # never: read whole, nothing to hold back
-        self._error: BaseException | None = None
-        self._decoder: zlib._Decompress | None = None
-        self._ends_at_close = False
 
     @property
     def error(self) -> BaseException | None:
@@ -365,7 +363,7 @@ class Connection(asyncio.Protocol):
         self._loop = pool.loop
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
-        self._exchange: Exchange | None = None
+        self._exchange: Response | None = None
         self._last_read = 0.0
         self.closed = False
         self.reusable = True
@@ -450,7 +448,7 @@ class Connection(asyncio.Protocol):
 
     # -- the pool's side
 
-    def send(self, head: bytes, body: bytes | None, exchange: Exchange) -> None:
+    def send(self, head: bytes, body: bytes | None, exchange: Response) -> None:
         """Write the request and expect its response into `exchange`."""
         transport = self._transport
         assert transport is not None
@@ -478,7 +476,7 @@ class Connection(asyncio.Protocol):
         self.close()
         return False
 
-    def done_with(self, exchange: Exchange) -> bool:
+    def done_with(self, exchange: Response) -> bool:
         """End `exchange` on this connection; whether the connection may serve another."""
         if self._exchange is exchange:
             self._exchange = None
@@ -639,7 +637,7 @@ class Pool:
         if self._busy:
             self._sweep = self.loop.call_later(self._tick, self._check_silences)
 
-    def release(self, connection: Connection, exchange: Exchange) -> None:
+    def release(self, connection: Connection, exchange: Response) -> None:
         """Done with `exchange`: its connection back to the pool if reusable, else closed."""
         if not connection.done_with(exchange) or self.closed:
             connection.close()
