@@ -7,7 +7,10 @@ pinned vLLM; `LeakedCall.format` names the one a call was written in. A text wit
 costs at most one substring test per marker family, and an answer without `<` or `[` three in all
 (`<`, `[`, `to=`, made in one pass of C calls). Prose that mentions a marker is not a call: a marker
 must be followed by a call body, and a whole-text JSON or Python call list must hold nothing but
-calls. A marker that ends the text is a call cut off (`complete=False`).
+calls. A marker that ends the text is a call cut off (`complete=False`). One element is read
+whatever it holds: a `<tool_call>` that opens a line and is closed by `</tool_call>`, around text
+that no format reads as a call, is a call the model wrote and nobody can read (name "", no
+arguments; vLLM's own parsers log it as a failed extraction and pass the text on as content).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typing import Final
 
 from proxy.guard.leakformats import FAMILIES, FORMATS, LeakedCall, LeakFormat
 from proxy.guard.leakformats.bare import BARE_STARTS
+from proxy.guard.leakformats.reading import blocks
+from proxy.guard.leakformats.tagged import HERMES_CLOSE, HERMES_OPEN
 
 __all__ = ["LeakedCall", "find_leaked_calls", "find_leaked_calls_in_reasoning"]
 
@@ -104,7 +109,25 @@ def _marked(text: str) -> list[LeakedCall]:
     if not due:
         return []
     found = [call for fmt in due for call in fmt.find(text)]
-    return _without_overlaps(found) if len(due) > 1 else sorted(found, key=_position)
+    found = _without_overlaps(found) if len(due) > 1 else sorted(found, key=_position)
+    if HERMES_CLOSE in text:
+        found = _with_unread_elements(text, found)
+    return found
+
+
+def _with_unread_elements(text: str, found: list[LeakedCall]) -> list[LeakedCall]:
+    """`found` and, in order, every closed `<tool_call>` element that opens a line, holds more
+    than blanks and overlaps none of them: the model's call syntax around a body no format reads
+    (a tag pair inside a sentence is prose that names it)."""
+    unread = [
+        LeakedCall("", None, text[block.start : block.end], "hermes", True, block.start)
+        for block in blocks(text, HERMES_OPEN, HERMES_CLOSE)
+        if block.closed
+        and block.body.strip()
+        and not text[text.rfind("\n", 0, block.start) + 1 : block.start].strip()
+        and not any(call.start < block.end and block.start < call.end for call in found)
+    ]
+    return sorted([*found, *unread], key=_position) if unread else found
 
 
 def _without_overlaps(calls: list[LeakedCall]) -> list[LeakedCall]:

@@ -251,14 +251,16 @@ def validate(
     for leak, in_reasoning in leaks:
         leaked += 1
         where = "the reasoning" if in_reasoning else "the content"
-        name, fmt = _clip(leak.name), leak.format
+        call = f"a tool call to '{_clip(leak.name)}'" if leak.name else "an unreadable tool call"
         if not leak.complete and finish_reason == "length":
             channel = Channel.TRUNCATED
-            text = f"a tool call to '{name}' written as {fmt} text in {where} was cut off at the token limit"
+            text = f"{call} written as {leak.format} text in {where} was cut off at the token limit"
         else:
             channel = Channel.LEAKED_TOOL_CALL
-            text = f"a tool call to '{name}' was written into {where} as {fmt} text instead of a tool call"
-        found = Violation(channel, text, leak.name or None, format=fmt, in_reasoning=in_reasoning)
+            text = f"{call} was written into {where} as {leak.format} text instead of a tool call"
+        found = Violation(
+            channel, text, leak.name or None, format=leak.format, in_reasoning=in_reasoning
+        )
         violations.append(found)
     if rule.mode == "required" and not calls and not leaked:
         violations.append(

@@ -44,6 +44,53 @@ def test_a_hermes_tag_with_nothing_after_it_is_an_incomplete_call() -> None:
     assert summary(find_leaked_calls("Checking now. <tool_call>")) == [("", None, "hermes", False)]
 
 
+# What Gemma 3 270M wrote under the hermes template when re-asked (the live suite, refund_sampled).
+UNREADABLE = (
+    "<tool_call>plemented\n maddenin#waction\n</tool_call>去了\n maddenin#waction\n我的Answer"
+)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        UNREADABLE,
+        "Refunding now.\n  <tool_call>refund the order</tool_call>",
+        '<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W1"}}</tool_call>\n'
+        "<tool_call>name=cancel</tool_call>",
+    ],
+)
+def test_a_closed_tool_call_element_opening_a_line_is_a_call_whatever_it_holds(
+    content: str,
+) -> None:
+    # The model wrote its call syntax around a body nothing reads: the server passed it on as
+    # content, the agent got neither a call nor an answer.
+    *_, call = find_leaked_calls(content)
+    assert summary([call]) == [("", None, "hermes", True)]
+    assert call.raw.startswith("<tool_call>")
+    assert call.raw.endswith("</tool_call>")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "Calls go in a <tool_call>tag pair</tool_call> like this one.",
+        "<tool_call>\n \n</tool_call>",
+        "<tool_call>refund the order",
+    ],
+)
+def test_a_tool_call_element_inside_a_sentence_blank_or_unclosed_is_not_an_unreadable_call(
+    content: str,
+) -> None:
+    assert find_leaked_calls(content) == []
+
+
+def test_an_element_another_format_reads_is_that_formats_call_and_only_that() -> None:
+    calls = find_leaked_calls(
+        "<tool_call>get_order<arg_key>order_id</arg_key><arg_value>#W1</arg_value></tool_call>"
+    )
+    assert summary(calls) == [("get_order", {"order_id": "#W1"}, "glm45", True)]
+
+
 @pytest.mark.parametrize(
     ("content", "fmt"),
     [

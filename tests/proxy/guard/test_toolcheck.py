@@ -511,6 +511,19 @@ def test_the_text_of_a_call_the_server_parsed_is_not_a_leak() -> None:
     assert channels(validate(other, retail_tools())) == [Channel.LEAKED_TOOL_CALL]
 
 
+def test_a_tool_call_element_no_format_reads_is_a_leaked_call_that_names_no_tool() -> None:
+    content = "<tool_call>plemented\n maddenin#waction\n</tool_call>\nI could not refund it."
+    [violation] = validate(make_message(content=content), retail_tools(), finish_reason="stop")
+    assert (violation.channel, violation.tool_name, violation.format) == (
+        Channel.LEAKED_TOOL_CALL,
+        None,
+        "hermes",
+    )
+    assert violation.message == (
+        "an unreadable tool call was written into the content as hermes text instead of a tool call"
+    )
+
+
 def test_prose_about_json_is_not_a_leaked_call() -> None:
     content = 'I would call it like {"name": "get_order_details", "arguments": {}} if I needed to.'
     assert validate(make_message(content=content), retail_tools()) == []
