@@ -38,12 +38,13 @@ Errors, all translated into the proxy's `Upstream*` errors by `proxy.upstream`:
 from __future__ import annotations
 
 import asyncio
+import operator
 import ssl
 import zlib
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import Final, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -129,6 +130,21 @@ def _breaks(text: str) -> bool:
     return "\r" in text or "\n" in text
 
 
+_name: Final = operator.itemgetter(0)
+
+
+def decode_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Headers as the parser handed them over, decoded: names lower-case, a repeated header's
+    values joined with ", "."""
+    headers: dict[str, str] = {}
+    for name, value in raw:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        known = headers.get(key)
+        headers[key] = text if known is None else f"{known}, {text}"
+    return headers
+
+
 class Response:
     """A response on one connection as the connection's side reads it: its head decoded, its body
     gathered (decoded when gzip or deflate), its end or its failure. What reads it is a subclass:
@@ -143,11 +159,11 @@ class Response:
         "_ends_at_close",
         "_error",
         "_headed",
+        "_headers",
         "_paused",
         "complete",
         "got_bytes",
         "head_only",
-        "headers",
         "raw_headers",
         "status",
     )
@@ -156,8 +172,8 @@ class Response:
         self._connection = connection
         self.head_only = head_only  # a HEAD request: the response has no body whatever it says
         self.status = 0
-        self.headers: dict[str, str] = {}  # lower-case names, decoded once the head is complete
         self.raw_headers: list[tuple[bytes, bytes]] = []  # as the parser hands them over
+        self._headers: dict[str, str] | None = None
         self.complete = False
         self.got_bytes = False
         self._headed = False
@@ -173,26 +189,37 @@ class Response:
         self._error = error
         self._wake()
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """The head's headers, names lower-case, repeated ones joined with ", " (decoded when
+        first read: most responses are read for their status and body only)."""
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = decode_headers(self.raw_headers)
+        return headers
+
     def on_headers_complete(self, status: int) -> None:
         self.status = status
-        headers = self.headers
-        for name, value in self.raw_headers:  # decoded in one pass, not a call per header
-            key = name.decode("latin-1").lower()
-            text = value.decode("latin-1")
-            known = headers.get(key)
-            headers[key] = text if known is None else f"{known}, {text}"
-        encoding = headers.get("content-encoding", "identity").strip().lower()
-        if encoding in ("gzip", "x-gzip"):
-            self._decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif encoding == "deflate":
-            self._decoder = zlib.decompressobj()
-        elif encoding != "identity":
-            self._connection.broken(InvalidResponse(f"a body in {encoding!r}, never asked for"))
-            return
+        # The framing headers are looked for in the names joined, in C; most answers have a
+        # length and no encoding, and their headers are not decoded here.
+        names = b"\n%s\n" % b"\n".join(map(_name, self.raw_headers)).lower()
+        if b"\ncontent-encoding\n" in names:
+            encoding = self.headers.get("content-encoding", "").strip().lower()
+            if encoding in ("gzip", "x-gzip"):
+                self._decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            elif encoding == "deflate":
+                self._decoder = zlib.decompressobj()
+            elif encoding != "identity":
+                message = f"a body in {encoding!r}, never asked for"
+                self._connection.broken(InvalidResponse(message))
+                return
         # Neither a length nor chunks: the body runs until the server closes the connection.
         self._ends_at_close = (
-            "content-length" not in headers
-            and "chunked" not in headers.get("transfer-encoding", "")
+            b"\ncontent-length\n" not in names
+            and (
+                b"\ntransfer-encoding\n" not in names
+                or "chunked" not in self.headers.get("transfer-encoding", "").lower()
+            )
             and status not in (204, 304)
         )
         self._headed = True
@@ -480,8 +507,8 @@ class Connection(asyncio.Protocol):
         """End `exchange` on this connection; whether the connection may serve another."""
         if self._exchange is exchange:
             self._exchange = None
-        self._pool.unwatch(self)
-        if not exchange.complete:
+        if not exchange.complete:  # a complete one was unwatched as it completed
+            self._pool.unwatch(self)
             self.reusable = False
         return self.reusable and not self.closed
 

@@ -123,7 +123,9 @@ class Decision:
             if isinstance(function, (dict, Mapping)):
                 names.append(str(function.get("name", "")))
                 arguments.append(canonical_arguments(function.get("arguments")))
-        return cls(tuple(names), tuple(arguments), _signatures(violations))
+        # A valid answer (the usual) has no failures: no call for them.
+        failures = tuple([signature_of(v) for v in violations]) if violations else ()
+        return cls(tuple(names), tuple(arguments), failures)
 
     def to_dict(self) -> dict[str, Any]:
         """The log's form of the decision: names and channels, never argument values."""

@@ -46,6 +46,7 @@ from proxy.http1 import (
     InvalidResponse,
     Origin,
     Pool,
+    decode_headers,
 )
 from proxy.tracing import CURRENT as CURRENT_TRACE
 from proxy.tracing import AttemptSpan, RequestTrace
@@ -74,14 +75,37 @@ _HOP_HEADERS = frozenset(
 )
 
 
-@dataclass(slots=True)
 class UpstreamResponse:
-    """A complete upstream response: status, headers (lower-case names) and raw body."""
+    """A complete upstream response: status, headers (lower-case names) and raw body.
 
-    status: int
-    headers: dict[str, str]
-    body: bytes
-    seconds: float
+    Read from a connection, its headers come as the parser handed them over (`raw_headers`)
+    and are decoded when first read: most answers are read for their status and body only."""
+
+    __slots__ = ("_headers", "_raw_headers", "body", "seconds", "status")
+
+    def __init__(
+        self,
+        status: int,
+        headers: dict[str, str] | None,
+        body: bytes,
+        seconds: float,
+        raw_headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        self.status = status
+        self._headers = headers
+        self._raw_headers = raw_headers
+        self.body = body
+        self.seconds = seconds
+
+    def __repr__(self) -> str:
+        return f"UpstreamResponse(status={self.status}, body={len(self.body)} bytes)"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = decode_headers(self._raw_headers or [])
+        return headers
 
     def json(self) -> Any:
         """The body parsed as JSON. Raises UpstreamProtocolError when it is not JSON."""
@@ -338,9 +362,8 @@ class HttpUpstream:
             if attempt is not None:
                 attempt.finish(error=exc.__class__.__name__)
             raise translate(exc, self.name, url[0]) from exc
-        response = UpstreamResponse(
-            exchange.status, exchange.headers, data, time.perf_counter() - start
-        )
+        elapsed = time.perf_counter() - start
+        response = UpstreamResponse(exchange.status, None, data, elapsed, exchange.raw_headers)
         if attempt is not None:
             attempt.finish(status=response.status)
         if response.status in RETRYABLE_STATUS:
@@ -449,8 +472,9 @@ class HttpUpstream:
             raise translate(exc, self.name, url[0]) from exc
         if attempt is not None:
             attempt.finish(status=exchange.status)
+        elapsed = time.perf_counter() - start
         raise _Retryable(
-            UpstreamResponse(exchange.status, exchange.headers, data, time.perf_counter() - start)
+            UpstreamResponse(exchange.status, None, data, elapsed, exchange.raw_headers)
         )
 
     async def _iter_body(
@@ -540,10 +564,13 @@ class Sent:
         self._pool.release(connection, delivery)
         error = delivery.error
         if error is None:
-            self._finish(status=delivery.status)
+            if self._attempt is not None:
+                self._finish(status=delivery.status)
             elapsed = time.perf_counter() - self._start
             self._report(
-                UpstreamResponse(delivery.status, delivery.headers, delivery.body(), elapsed)
+                UpstreamResponse(
+                    delivery.status, None, delivery.body(), elapsed, delivery.raw_headers
+                )
             )
             return
         self._finish(error=error.__class__.__name__)

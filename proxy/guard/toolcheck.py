@@ -240,7 +240,7 @@ def validate(
         return [
             Violation(Channel.EMPTY_RESPONSE, "the response has neither content nor tool calls")
         ]
-    rule = _ChoiceRule.parse(tool_choice) if index.names else _ANY_CALL
+    rule = _ChoiceRule.parse(tool_choice) if index.names and tool_choice is not None else _ANY_CALL
     violations: list[Violation] = []
     for position, call in enumerate(calls):
         last = position == len(calls) - 1
@@ -371,31 +371,26 @@ def _echoes_a_parsed_call(leak: LeakedCall, calls: Sequence[object]) -> bool:
 def _check_call(
     position: int, call: object, index: ToolIndex, rule: _ChoiceRule, *, cut_off: bool
 ) -> Violation | None:
+    # Most calls are valid: what only a failure needs (the call's id, its name clipped for the
+    # text) is worked out in the failure's branch.
     if not isinstance(call, dict):
         return Violation(
             Channel.MALFORMED_ARGUMENTS, "the tool call is not an object", None, position
         )
     if (call.get("type") or "function") != "function":
         return None  # custom and other tool types carry no JSON arguments to check
-    call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else None
     function = call.get("function")
-    function = function if isinstance(function, dict) else {}
+    if not isinstance(function, dict):
+        function = {}
     name = function.get("name")
-    raw_name = name if isinstance(name, str) else None
-
-    def violation(channel: Channel, text: str, pointers: tuple[str, ...] = ()) -> Violation:
-        return Violation(channel, text, raw_name, position, call_id, pointers)
-
-    forbidden = rule.forbids(name)
-    if forbidden is not None:
-        return violation(Channel.TOOL_CHOICE_VIOLATION, forbidden)
-    if not raw_name:
-        return violation(Channel.UNKNOWN_TOOL, "the tool call names no function")
-    shown = _clip(raw_name, 100)
-    if not index.has(raw_name):
-        return violation(
-            Channel.UNKNOWN_TOOL, f"tool '{shown}' is not declared in the request's tools"
-        )
+    if rule is not _ANY_CALL and (forbidden := rule.forbids(name)) is not None:
+        return _call_violation(call, position, name, Channel.TOOL_CHOICE_VIOLATION, forbidden)
+    if not name or not isinstance(name, str):
+        text = "the tool call names no function"
+        return _call_violation(call, position, name, Channel.UNKNOWN_TOOL, text)
+    if not index.has(name):
+        text = f"tool '{_clip(name, 100)}' is not declared in the request's tools"
+        return _call_violation(call, position, name, Channel.UNKNOWN_TOOL, text)
     arguments = function.get("arguments")
     parsed, problem = parse_arguments(arguments)
     if cut_off and (
@@ -403,20 +398,38 @@ def _check_call(
     ):
         # The response stopped at the token limit inside this call: whatever its arguments look
         # like, they are not what the model meant to send.
-        return violation(
-            Channel.TRUNCATED, f"the arguments of '{shown}' were cut off at the token limit"
-        )
+        text = f"the arguments of '{_clip(name, 100)}' were cut off at the token limit"
+        return _call_violation(call, position, name, Channel.TRUNCATED, text)
     if problem is not None:
-        return violation(Channel.MALFORMED_ARGUMENTS, f"the arguments of '{shown}' {problem}")
-    errors = index.check(raw_name, parsed)
-    if errors:
-        detail = "; ".join(f"{e.pointer or '/'}: {e.message}" for e in errors)
-        return violation(
-            Channel.SCHEMA_VIOLATION,
-            f"the arguments of '{shown}' do not match its parameters: {detail}",
-            tuple(e.pointer for e in errors),
-        )
-    return None
+        text = f"the arguments of '{_clip(name, 100)}' {problem}"
+        return _call_violation(call, position, name, Channel.MALFORMED_ARGUMENTS, text)
+    errors = index.check(name, parsed)
+    if not errors:
+        return None
+    detail = "; ".join(f"{e.pointer or '/'}: {e.message}" for e in errors)
+    text = f"the arguments of '{_clip(name, 100)}' do not match its parameters: {detail}"
+    pointers = tuple(e.pointer for e in errors)
+    return _call_violation(call, position, name, Channel.SCHEMA_VIOLATION, text, pointers)
+
+
+def _call_violation(
+    call: dict[str, Any],
+    position: int,
+    name: object,
+    channel: Channel,
+    text: str,
+    pointers: tuple[str, ...] = (),
+) -> Violation:
+    """A failure of the call at `position` named `name`, with the call's id when it has one."""
+    call_id = call.get("id")
+    return Violation(
+        channel,
+        text,
+        name if isinstance(name, str) else None,
+        position,
+        call_id if isinstance(call_id, str) and call_id else None,
+        pointers,
+    )
 
 
 _UNPARSABLE: Final = object()

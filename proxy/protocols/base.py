@@ -63,7 +63,9 @@ class TurnView:
     stream: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass costs three times as much to make, and one is made per choice
+# of every answer (the reference's too); nothing assigns to one once made.
+@dataclass(slots=True)
 class Choice:
     """One answer of the model in the guard's shape, ready to validate."""
 

@@ -101,6 +101,35 @@ async def test_a_gzip_body_is_decoded() -> None:
     assert response.json() == {"ok": True}
 
 
+async def test_framing_headers_are_read_whatever_their_case_on_a_kept_alive_connection() -> None:
+    # Capitalised names (as many servers write them): a gzip body framed by its length, then a
+    # chunked one, both on the connection the first left reusable, then one with no length.
+    packed = gzip.compress(b'{"n":1}')
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        head = f"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {len(packed)}\r\n\r\n"
+        writer.write(head.encode() + packed)
+        await read_request(reader)
+        writer.write(
+            b'HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n7\r\n{"n":2}\r\n0\r\n\r\n'
+        )
+        await read_request(reader)
+        writer.write(b'HTTP/1.1 200 OK\r\nX-Content-Length: 7\r\n\r\n{"n":3}')
+        await writer.drain()
+
+    server = Server(handler)
+    async with server.running() as upstream:
+        answers = [
+            await upstream.request("POST", "chat/completions", body=b"{}", headers={})
+            for _ in range(3)
+        ]
+    assert [a.json() for a in answers] == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert answers[0].headers == {"content-encoding": "gzip", "content-length": str(len(packed))}
+    assert answers[2].headers == {"x-content-length": "7"}
+    assert server.connections == 1  # the third answer ended with the connection, as it must
+
+
 async def test_a_body_in_an_encoding_never_asked_for_is_an_invalid_response() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
