@@ -133,18 +133,6 @@ def _breaks(text: str) -> bool:
 _name: Final = operator.itemgetter(0)
 
 
-def decode_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
-    """Headers as the parser handed them over, decoded: names lower-case, a repeated header's
-    values joined with ", "."""
-    headers: dict[str, str] = {}
-    for name, value in raw:
-        key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        known = headers.get(key)
-        headers[key] = text if known is None else f"{known}, {text}"
-    return headers
-
-
 class Response:
     """A response on one connection as the connection's side reads it: its head decoded, its body
     gathered (decoded when gzip or deflate), its end or its failure. What reads it is a subclass:
@@ -195,7 +183,12 @@ class Response:
         first read: most responses are read for their status and body only)."""
         headers = self._headers
         if headers is None:
-            headers = self._headers = decode_headers(self.raw_headers)
+            headers = self._headers = {}
+            for name, value in self.raw_headers:
+                key = name.decode("latin-1").lower()
+                text = value.decode("latin-1")
+                known = headers.get(key)
+                headers[key] = text if known is None else f"{known}, {text}"
         return headers
 
     def on_headers_complete(self, status: int) -> None:

@@ -46,7 +46,7 @@ from proxy.http1 import (
     InvalidResponse,
     Origin,
     Pool,
-    decode_headers,
+    Response,
 )
 from proxy.tracing import CURRENT as CURRENT_TRACE
 from proxy.tracing import AttemptSpan, RequestTrace
@@ -78,10 +78,10 @@ _HOP_HEADERS = frozenset(
 class UpstreamResponse:
     """A complete upstream response: status, headers (lower-case names) and raw body.
 
-    Read from a connection, its headers come as the parser handed them over (`raw_headers`)
-    and are decoded when first read: most answers are read for their status and body only."""
+    Read from a connection, its headers are the connection's response's (`head`), decoded there
+    when first read: most answers are read for their status and body only."""
 
-    __slots__ = ("_headers", "_raw_headers", "body", "seconds", "status")
+    __slots__ = ("_head", "_headers", "body", "seconds", "status")
 
     def __init__(
         self,
@@ -89,11 +89,11 @@ class UpstreamResponse:
         headers: dict[str, str] | None,
         body: bytes,
         seconds: float,
-        raw_headers: list[tuple[bytes, bytes]] | None = None,
+        head: Response | None = None,
     ) -> None:
         self.status = status
         self._headers = headers
-        self._raw_headers = raw_headers
+        self._head = head
         self.body = body
         self.seconds = seconds
 
@@ -102,10 +102,9 @@ class UpstreamResponse:
 
     @property
     def headers(self) -> dict[str, str]:
-        headers = self._headers
-        if headers is None:
-            headers = self._headers = decode_headers(self._raw_headers or [])
-        return headers
+        if self._headers is None:
+            self._headers = {} if self._head is None else self._head.headers
+        return self._headers
 
     def json(self) -> Any:
         """The body parsed as JSON. Raises UpstreamProtocolError when it is not JSON."""
@@ -363,7 +362,7 @@ class HttpUpstream:
                 attempt.finish(error=exc.__class__.__name__)
             raise translate(exc, self.name, url[0]) from exc
         elapsed = time.perf_counter() - start
-        response = UpstreamResponse(exchange.status, None, data, elapsed, exchange.raw_headers)
+        response = UpstreamResponse(exchange.status, None, data, elapsed, exchange)
         if attempt is not None:
             attempt.finish(status=response.status)
         if response.status in RETRYABLE_STATUS:
@@ -473,9 +472,7 @@ class HttpUpstream:
         if attempt is not None:
             attempt.finish(status=exchange.status)
         elapsed = time.perf_counter() - start
-        raise _Retryable(
-            UpstreamResponse(exchange.status, None, data, elapsed, exchange.raw_headers)
-        )
+        raise _Retryable(UpstreamResponse(exchange.status, None, data, elapsed, exchange))
 
     async def _iter_body(
         self, exchange: Exchange, url: str, attempt: AttemptSpan | None
@@ -568,9 +565,7 @@ class Sent:
                 self._finish(status=delivery.status)
             elapsed = time.perf_counter() - self._start
             self._report(
-                UpstreamResponse(
-                    delivery.status, None, delivery.body(), elapsed, delivery.raw_headers
-                )
+                UpstreamResponse(delivery.status, None, delivery.body(), elapsed, delivery)
             )
             return
         self._finish(error=error.__class__.__name__)
