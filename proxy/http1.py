@@ -14,7 +14,7 @@ this module keeps only the part the proxy needs:
   chunk by chunk (`chunks()`); `Pool.release()` gives the connection back when the body was read to
   its end and the server keeps it alive, and closes it otherwise.
 - `Pool.deliver()` sends a request on an idle connection (`Pool.idle_connection()`) with no task
-  waiting for it: the response, read whole, goes to a callback (`Delivery`), from the
+  waiting for it: the response, read whole, goes to its `Delivery`'s `delivered()`, from the
   connection's own callbacks.
 - A connection idle for longer than `keepalive` is closed instead of reused (below the server's own
   keep-alive, so a request never goes out on a connection the server is closing); a reused
@@ -42,7 +42,7 @@ import operator
 import ssl
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Final, cast
 from urllib.parse import urlsplit
@@ -333,19 +333,20 @@ class Exchange(Response):
 
 
 class Delivery(Response):
-    """An exchange read whole whose reader is a callback: `done(delivery)` is called once, from
-    the connection's callbacks, when the response is complete or has failed (`error`), where an
-    `Exchange` wakes a task that awaits it — no task and no future per response.
+    """An exchange read whole whose reader is a callback: a subclass's `delivered()` is called
+    once, from the connection's callbacks, when the response is complete or has failed
+    (`error`), where an `Exchange` wakes a task that awaits it — no task, no future and no
+    object but this one per response.
 
-    Made by `Pool.deliver`; `done` hands it back with `Pool.release` (or its caller does, after
-    `abandon`).
+    Sent with `Pool.deliver`; `delivered` hands it back with `Pool.release` (or `abandon`'s caller
+    does).
     """
 
-    __slots__ = ("_done",)
+    __slots__ = ("_over",)
 
-    def __init__(self, connection: Connection, done: Callable[[Delivery], None]) -> None:
+    def __init__(self, connection: Connection) -> None:
         super().__init__(connection, head_only=False)
-        self._done: Callable[[Delivery], None] | None = done
+        self._over = False  # `delivered` was called, or will never be
 
     @property
     def error(self) -> BaseException | None:
@@ -356,9 +357,15 @@ class Delivery(Response):
         """The body as received (whole once `complete`)."""
         return b"".join(self._chunks)
 
-    def abandon(self) -> None:
-        """Never call `done`: its caller gave up on the response."""
-        self._done = None
+    def abandon(self) -> bool:
+        """Never call `delivered`: its caller gave up on the response. Whether it was still
+        to be called (the response neither complete nor failed until now)."""
+        pending = not self._over
+        self._over = True
+        return pending
+
+    def delivered(self) -> None:  # pragma: no cover (each subclass's own)
+        raise NotImplementedError
 
     def on_body(self, body: bytes) -> None:
         # No reader to wake before the end, and no back-pressure.
@@ -368,11 +375,10 @@ class Delivery(Response):
             self._chunks.append(decoded)
 
     def _wake(self) -> None:
-        if not self.complete and self._error is None:
+        if self._over or (not self.complete and self._error is None):
             return
-        done, self._done = self._done, None
-        if done is not None:
-            done(self)
+        self._over = True
+        self.delivered()
 
 
 class Connection(asyncio.Protocol):
@@ -450,8 +456,8 @@ class Connection(asyncio.Protocol):
         exchange.on_headers_complete(self._parser.get_status_code())
         if exchange.head_only:  # no body follows a HEAD's response, whatever its length says
             self.reusable = False
-            exchange.on_message_complete()
             self._pool.unwatch(self)
+            exchange.on_message_complete()
 
     def on_body(self, body: bytes) -> None:
         if self._exchange is not None:
@@ -461,10 +467,11 @@ class Connection(asyncio.Protocol):
         exchange = self._exchange
         if exchange is None or exchange.complete:
             return
+        # Unwatched first: a delivery's callback may send the next request on it at once.
+        self._pool.unwatch(self)
         if not self._parser.should_keep_alive():
             self.reusable = False
         exchange.on_message_complete()
-        self._pool.unwatch(self)
 
     # -- the pool's side
 
@@ -582,26 +589,24 @@ class Pool:
 
     def deliver(
         self,
-        connection: Connection,
+        delivery: Delivery,
         method: str,
         target: str,
         headers: Mapping[str, str],
         body: bytes | None,
-        done: Callable[[Delivery], None],
-    ) -> Delivery:
-        """Send a request on `connection` (from `idle_connection`), its response read whole into
-        `done` (see `Delivery`).
+    ) -> None:
+        """Send a request on `delivery`'s connection (from `idle_connection`), its response read
+        whole into `delivery` (see `Delivery`).
 
         Raises ValueError for a header with a line break (the connection stays idle).
         """
+        connection = delivery._connection
         try:
             head = self.head(method, target, headers, body)
         except ValueError:
             self._idle.append(connection)
             raise
-        delivery = Delivery(connection, done)
         connection.send(head, body, delivery)
-        return delivery
 
     async def retry_fresh(
         self, connection: Connection, exchange: Exchange, method: str, target: str,

@@ -397,7 +397,7 @@ class HttpUpstream:
             sent_headers = dict(sent_headers)
             attempt = trace.upstream_try(self.name, url[0], sent_headers)
         sent = Sent(self, pool, connection, method, url, body, sent_headers, done, trace, attempt)
-        sent.delivery = pool.deliver(connection, method, url[1], sent_headers, body, sent.delivered)
+        pool.deliver(sent, method, url[1], sent_headers, body)
         return sent
 
     @asynccontextmanager
@@ -492,23 +492,22 @@ class HttpUpstream:
             self._pool = None
 
 
-class Sent:
-    """A request `HttpUpstream.send` sent: its answer goes to a callback, once (see there)."""
+class Sent(Delivery):
+    """A request `HttpUpstream.send` sent, and its response as the connection reads it: the
+    answer goes to a callback, once (see there)."""
 
     __slots__ = (
         "_attempt",
         "_body",
         "_done",
-        "_headers",
         "_method",
         "_pool",
+        "_request_headers",
         "_start",
         "_task",
         "_trace",
         "_upstream",
         "_url",
-        "connection",
-        "delivery",
     )
 
     def __init__(
@@ -524,19 +523,18 @@ class Sent:
         trace: RequestTrace | None,
         attempt: AttemptSpan | None,
     ) -> None:
+        super().__init__(connection)
         self._upstream = upstream
         self._pool = pool
         self._method = method
         self._url = url
         self._body = body
-        self._headers = headers
+        self._request_headers = headers
         self._done: Callable[[Sent, UpstreamResponse | UpstreamError], None] | None = done
         self._trace = trace
         self._attempt = attempt
         self._start = time.perf_counter()
         self._task: asyncio.Task[None] | None = None
-        self.connection = connection
-        self.delivery: Delivery | None = None
 
     @property
     def task(self) -> asyncio.Task[None] | None:
@@ -548,25 +546,20 @@ class Sent:
         self._done = None
         if self._task is not None:
             self._task.cancel()
-        delivery, self.delivery = self.delivery, None
-        if delivery is not None:
-            delivery.abandon()
-            self._pool.release(self.connection, delivery)  # not read to its end: closed
+        if self.abandon():  # still on its connection
+            self._pool.release(self._connection, self)  # not read to its end: closed
             self._finish(error="CancelledError")
 
-    def delivered(self, delivery: Delivery) -> None:
+    def delivered(self) -> None:
         """The connection's callback: the response is complete, or failed."""
-        connection = self.connection
-        self.delivery = None
-        self._pool.release(connection, delivery)
-        error = delivery.error
+        connection = self._connection
+        self._pool.release(connection, self)
+        error = self._error
         if error is None:
             if self._attempt is not None:
-                self._finish(status=delivery.status)
+                self._finish(status=self.status)
             elapsed = time.perf_counter() - self._start
-            self._report(
-                UpstreamResponse(delivery.status, None, delivery.body(), elapsed, delivery)
-            )
+            self._report(UpstreamResponse(self.status, None, self.body(), elapsed, self))
             return
         self._finish(error=error.__class__.__name__)
         if isinstance(error, ClosedEarly) and connection.reused:
@@ -582,7 +575,7 @@ class Sent:
         upstream = self._upstream
         try:
             result: UpstreamResponse | UpstreamError = await upstream._once(
-                self._method, self._url, self._body, self._headers
+                self._method, self._url, self._body, self._request_headers
             )
         except _Retryable as exc:
             result = exc.response

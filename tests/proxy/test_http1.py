@@ -527,6 +527,33 @@ async def test_a_sent_request_whose_idle_connection_closed_unanswered_goes_once_
     assert server.connections == 2
 
 
+async def test_a_request_sent_from_an_answers_callback_is_still_timed() -> None:
+    # The callback runs as the response completes, its connection already back in the pool: a
+    # request it sends at once goes out on that connection, and the server's silence on it
+    # must be caught like any other's.
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(2):
+            await read_request(reader)
+            writer.write(reply(b"{}"))
+            await writer.drain()
+        await read_request(reader)
+        await asyncio.sleep(5)  # the third request is never answered
+
+    server = Server(handler)
+    async with server.running(timeout=0.3) as upstream:
+        await upstream.request("POST", "x", body=b"{}", headers={})
+        answers = Answers()
+
+        def again(sent: Sent, result: UpstreamResponse | UpstreamError) -> None:
+            assert isinstance(result, UpstreamResponse)
+            assert upstream.send("POST", "x", body=b"{}", headers={}, done=answers) is not None
+
+        assert upstream.send("POST", "x", body=b"{}", headers={}, done=again) is not None
+        got = await answers.one()
+        assert isinstance(got, UpstreamTimeoutError)
+    assert server.connections == 1
+
+
 @pytest.mark.parametrize(
     ("answer", "error", "match"),
     [
