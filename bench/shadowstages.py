@@ -23,9 +23,11 @@ once, each under its own wrk at concurrency 64, as bench/overhead.py's `measure_
 their requests/s ratio is the inverse ratio of their CPU per request, whatever speed the shared
 core ran at. `off` beside another `off` (A/A) is the method's own noise. The upstream
 (bench/fake_upstream.py) is also the reference; it and the load generators run on CPU 0, the
-proxies on CPU 1.
+proxies on CPU 1. `--baseline COMMIT` adds the `full` stage of that commit's proxy (its `proxy/`
+extracted, as bench/overhead.py's `--baseline`), beside the same `off`, in the same rounds: a
+change's effect on the shadow's cost, free of the drift between two runs.
 
-    python -m bench.shadowstages [--rounds 3] [--duration 4] [--no-write]
+    python -m bench.shadowstages [--rounds 3] [--duration 4] [--baseline COMMIT] [--no-write]
 
 Results: bench/results/shadowstages.md.
 """
@@ -51,6 +53,7 @@ from bench.overhead import (
     WORKLOADS,
     Placement,
     Server,
+    baseline_checkout,
     free_port,
     load_average,
     machine,
@@ -63,6 +66,7 @@ from bench.overhead import (
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results" / "shadowstages.md"
 STAGES = ("turn", "socket", "exchange", "full")
+BASELINE = "baseline"
 GOAL = 0.80
 
 
@@ -191,8 +195,10 @@ def measure(args: argparse.Namespace) -> dict[str, list[float]]:
                 raise SystemExit(f"the fake upstream did not start: {why}")
             base = f"http://127.0.0.1:{up}/v1"
             servers: dict[str, Server] = {}
-            for name in ("off", "off-b", *STAGES):
-                stage = "off" if name.startswith("off") else name
+            checkout = baseline_checkout(args.baseline, work) if args.baseline else None
+            names = ("off", "off-b", *STAGES, *((BASELINE,) if checkout else ()))
+            for name in names:
+                stage = "off" if name.startswith("off") else "full" if name == BASELINE else name
                 env = {}
                 if stage != "off":
                     env = {
@@ -203,6 +209,10 @@ def measure(args: argparse.Namespace) -> dict[str, list[float]]:
                     }
                 port = free_port()
                 argv = ["serve", "--upstream", base, "--port", str(port)]
+                cwd = ROOT
+                if name == BASELINE and checkout is not None:
+                    # The baseline's `proxy` first (the working directory), this tree's `bench`.
+                    cwd, env = checkout, {**env, "PYTHONPATH": str(ROOT)}
                 server = start(
                     name,
                     pinned(
@@ -213,6 +223,7 @@ def measure(args: argparse.Namespace) -> dict[str, list[float]]:
                     workload.route,
                     work,
                     env=env,
+                    cwd=cwd,
                 )
                 started.append(server)
                 why = wait_ready(server, workload.body(), 30)
@@ -222,7 +233,7 @@ def measure(args: argparse.Namespace) -> dict[str, list[float]]:
                 servers[name] = server
             off = servers["off"]
             for round_ in range(args.rounds):
-                for name in ("off-b", *STAGES):
+                for name in names[1:]:
                     other = servers[name]
                     off.resume()
                     other.resume()
@@ -259,12 +270,15 @@ def report(ratios: dict[str, list[float]], args: argparse.Namespace, began: str)
         "socket": "socket: sent over a bare protocol, not judged",
         "exchange": "exchange: sent as the shadow sends, not judged or counted",
         "full": "full: as shipped",
+        BASELINE: f"full, at `{args.baseline}` (--baseline)",
     }
     lines = [
         "# Where a shadowed pair's cost goes in the real server (bench/shadowstages.py)",
         "",
         f"{began} UTC, {machine()}. Command: `python -m bench.shadowstages --rounds {args.rounds} "
-        f"--duration {args.duration:g}`; load average at start {args.load}.",
+        f"--duration {args.duration:g}"
+        + (f" --baseline {args.baseline}" if args.baseline else "")
+        + f"`; load average at start {args.load}.",
         "",
         "Each stage side by side with shadowing off on the proxy's core, c64 from wrk each, "
         "median (min–max) over rounds; a pair's cost as a share of a request is 1 ÷ ratio − 1 "
@@ -276,13 +290,22 @@ def report(ratios: dict[str, list[float]], args: argparse.Namespace, began: str)
     costs = {name: 1 / statistics.median(v) - 1 for name, v in ratios.items() if name != "off-b"}
     whole, before = costs.get("full"), 0.0
     for name, values in ratios.items():
-        if name == "off-b":
-            lines.append(f"| {labels[name]} | {cell(values)} | – | – |")
+        if name in ("off-b", BASELINE):
+            shown = "–" if name == "off-b" else share(values)
+            lines.append(f"| {labels[name]} | {cell(values)} | {shown} | – |")
             continue
         part = "–" if not whole else f"{(costs[name] - before) / whole:.0%}"
         before = costs[name]
         lines.append(f"| {labels[name]} | {cell(values)} | {share(values)} | {part} |")
     lines.append("")
+    if whole and "exchange" in costs and "socket" in costs:
+        # What the pair would cost with an upstream client as cheap as the bare protocol.
+        floor = whole - (costs["exchange"] - costs["socket"])
+        lines += [
+            f"With an upstream client that cost no more than the bare protocol, a pair would cost "
+            f"{floor:.3f} of a request: at best {1 / (1 + floor):.0%} of shadowing off.",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -299,6 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     parser.add_argument(
         "--duration", type=float, default=4, help="seconds of load per measurement (default 4)"
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="COMMIT",
+        help="also measure the full stage of this commit's proxy (or a directory holding proxy/)",
     )
     parser.add_argument("--no-write", action="store_true", help=f"do not write {OUT.name}")
     args = parser.parse_args(argv)
