@@ -334,9 +334,9 @@ class Exchange(Response):
 
 class Delivery(Response):
     """An exchange read whole whose reader is a callback: a subclass's `delivered()` is called
-    once, from the connection's callbacks, when the response is complete or has failed
-    (`error`), where an `Exchange` wakes a task that awaits it — no task, no future and no
-    object but this one per response.
+    once, from the connection's callbacks, when the response is complete or has failed (what
+    ended it is `_error`), where an `Exchange` wakes a task that awaits it — no task, no future
+    and no object but this one per response.
 
     Sent with `Pool.deliver`; `delivered` hands it back with `Pool.release` (or `abandon`'s caller
     does).
@@ -347,11 +347,6 @@ class Delivery(Response):
     def __init__(self, connection: Connection) -> None:
         super().__init__(connection, head_only=False)
         self._over = False  # `delivered` was called, or will never be
-
-    @property
-    def error(self) -> BaseException | None:
-        """What ended the exchange before the response's end (None when it is complete)."""
-        return self._error
 
     def body(self) -> bytes:
         """The body as received (whole once `complete`)."""
