@@ -33,7 +33,6 @@ SESSION_HEADER = "x-session-id"
 TASK_HEADER = "x-evalkit-task"
 TRIAL_HEADER = "x-evalkit-trial"
 SEED_HEADER = "x-evalkit-seed"
-PROXY_HEADER_PREFIX = "x-toolsentry-"
 
 AGENT_INSTRUCTIONS = """\
 You are a customer service agent. Help the customer within the rules of the policy below.

@@ -30,8 +30,13 @@ from evalkit.errors import ResultsFileError
 from evalkit.messages import AssistantMessage, Message, ToolMessage, dump_message, now_iso
 from evalkit.scoring import RewardInfo
 from evalkit.tasks import Task
-
-PROXY_PREFIX = "x-toolsentry-"
+from proxy.headers import (
+    ERRORS_HEADER,
+    MAX_ERRORS_HEADER,
+    REPAIRS_HEADER,
+    SESSION_HEADER,
+    VIOLATIONS_HEADER,
+)
 
 
 class _Model(BaseModel):
@@ -105,13 +110,17 @@ def toolsentry_block(messages: list[Any]) -> dict[str, Any]:
         turn = m.turn_idx if m.turn_idx is not None else index
         turns.append({"turn_idx": turn, "headers": dict(headers)})
         last.update(headers)
-        violations = headers.get(f"{PROXY_PREFIX}violations", "")
+        violations = headers.get(VIOLATIONS_HEADER, "")
         channels.update(c.strip() for c in violations.split(",") if c.strip())
     block: dict[str, Any] = {"turns": turns, "channels": dict(channels)}
-    for key in ("repairs", "errors", "max_errors"):
-        value = last.get(f"{PROXY_PREFIX}{key.replace('_', '-')}")
+    for key, header in (
+        ("repairs", REPAIRS_HEADER),
+        ("errors", ERRORS_HEADER),
+        ("max_errors", MAX_ERRORS_HEADER),
+    ):
+        value = last.get(header)
         block[key] = int(value) if value is not None and value.isdigit() else None
-    block["session"] = last.get(f"{PROXY_PREFIX}session")
+    block["session"] = last.get(SESSION_HEADER)
     block["tool_errors"] = sum(1 for m in messages if isinstance(m, ToolMessage) and m.error)
     return block
 

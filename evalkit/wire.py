@@ -35,7 +35,6 @@ import openai
 from openai import AsyncOpenAI
 
 from evalkit.agent import (
-    PROXY_HEADER_PREFIX,
     AgentTurn,
     AgentWire,
     arguments_text,
@@ -47,6 +46,7 @@ from evalkit.agent import (
 )
 from evalkit.errors import AgentError, EndpointError
 from evalkit.messages import AssistantMessage, ToolCall, ToolMessage, UserMessage, now_iso
+from proxy.headers import HEADER_PREFIX
 
 ApiName = Literal["chat", "responses", "messages"]
 API_NAMES: Final[tuple[ApiName, ...]] = ("chat", "responses", "messages")
@@ -247,7 +247,7 @@ def _message(
 
 def proxy_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """The proxy's `x-toolsentry-*` headers of an answer, names lower-cased."""
-    return {k.lower(): v for k, v in headers.items() if k.lower().startswith(PROXY_HEADER_PREFIX)}
+    return {k.lower(): v for k, v in headers.items() if k.lower().startswith(HEADER_PREFIX)}
 
 
 # -- the clients ------------------------------------------------------------------------------

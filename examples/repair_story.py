@@ -17,6 +17,7 @@ from rich.table import Table
 
 from proxy.app import create_app
 from proxy.config import Settings
+from proxy.headers import ERRORS_HEADER, MAX_ERRORS_HEADER, REPAIRS_HEADER, VIOLATIONS_HEADER
 from proxy.logs import configure_logging
 from proxy.testing import LoopbackServer, ScriptedUpstream, completion, tool_call
 
@@ -81,8 +82,8 @@ def main() -> None:
     table = Table(title="x-toolsentry-* headers and the session's counts")
     table.add_column("what")
     table.add_column("value")
-    for header in ("violations", "repairs", "errors", "max-errors"):
-        table.add_row(f"x-toolsentry-{header}", raw.headers[f"x-toolsentry-{header}"])
+    for header in (VIOLATIONS_HEADER, REPAIRS_HEADER, ERRORS_HEADER, MAX_ERRORS_HEADER):
+        table.add_row(header, raw.headers[header])
     table.add_row("session channels", json.dumps(session["channels"]))
     table.add_row("session errors (budget used)", f"{session['errors']} of {session['max_errors']}")
     console.print(table)

@@ -38,6 +38,7 @@ from evalkit.messages import AssistantMessage, ToolCall, ToolMessage, UserMessag
 from evalkit.tasks import RewardType
 from proxy.guard import Channel, Violation
 from proxy.guard.toolcheck import ToolIndex, validate
+from proxy.headers import REPAIRS_HEADER
 
 
 class ErrorChannel(enum.StrEnum):
@@ -93,7 +94,6 @@ _SCHEMA_TEXT: Final = re.compile(
 )
 _TEXT_LIMIT: Final = 200
 _TO_GUARD: Final = {error: channel for channel, error in _FROM_GUARD.items()}
-REPAIRS_HEADER: Final = "x-toolsentry-repairs"
 
 
 class NLScoring(enum.StrEnum):

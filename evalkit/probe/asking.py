@@ -35,12 +35,13 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from evalkit.agent import PROXY_HEADER_PREFIX, SEED_HEADER, SESSION_HEADER, TASK_HEADER
+from evalkit.agent import SEED_HEADER, SESSION_HEADER, TASK_HEADER
 from evalkit.agent import parse_tool_call as episode_tool_call
 from evalkit.errors import EndpointError, UsageError
 from evalkit.messages import AssistantMessage, dump_message, now_iso
 from evalkit.probe.contexts import Context, RecordedCall
 from proxy.guard.toolcheck import compile_tools, validate
+from proxy.headers import HEADER_PREFIX
 
 Route = Literal["direct", "proxy"]
 Status = Literal["answered", "too_long", "rejected"]
@@ -424,7 +425,7 @@ async def ask(client: AsyncOpenAI, question: Question, settings: AskSettings) ->
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return Answer(key, "rejected", error="the endpoint's answer has no choice")
     proxy_headers = {
-        k.lower(): v for k, v in raw.headers.items() if k.lower().startswith(PROXY_HEADER_PREFIX)
+        k.lower(): v for k, v in raw.headers.items() if k.lower().startswith(HEADER_PREFIX)
     }
     return classify(context, key, choices[0], proxy_headers, elapsed)
 

@@ -26,6 +26,7 @@ from evalkit.analysis.stats import DEFAULT_RESAMPLES, RateRatio, cluster_bootstr
 from evalkit.probe.asking import Answer, Target
 from evalkit.probe.contexts import Context
 from proxy.guard import Channel
+from proxy.headers import VIOLATIONS_HEADER
 
 ANSWER_CHANNELS: Final = tuple(
     c for c in Channel if c not in (Channel.TOOL_ERROR, Channel.UPSTREAM_ERROR)
@@ -283,7 +284,7 @@ def repair_figures(target: str, answers: Sequence[Answer]) -> RepairFigures:
 
 
 def _reported(answer: Answer) -> set[str]:
-    header = answer.proxy.get("x-toolsentry-violations", "")
+    header = answer.proxy.get(VIOLATIONS_HEADER, "")
     return {c.strip() for c in header.split(",") if c.strip()}
 
 

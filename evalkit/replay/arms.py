@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evalkit.replay.options import MAX_ERRORS_HEADER, REPAIR_HEADER, RESULTS, ReplayOptions
+from evalkit.replay.options import RESULTS, ReplayOptions
 from evalkit.sim.profiles import DamageProfile
+from proxy.headers import MAX_ERRORS_HEADER, REPAIR_HEADER
 
 
 @dataclass(frozen=True)

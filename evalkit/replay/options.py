@@ -16,8 +16,6 @@ RESULTS: Final = "results.json"
 DEFAULT_PROFILES: Final = ("bf16", "int4")
 DEFAULT_REPAIRS: Final = ("off", "reask")
 REPAIR_MODES: Final = ("off", "reask")
-REPAIR_HEADER: Final = "x-toolsentry-repair"
-MAX_ERRORS_HEADER: Final = "x-toolsentry-max-errors"
 WRITE_INTERVAL_S: Final = 2.0
 PROBE_TIMEOUT_S: Final = 5.0
 

@@ -1,5 +1,6 @@
 """What a turn reports, and the one place it is written out: headers, the stream's summary
-comment and the request's log line (the metrics are counted where the turn closes).
+comment and the request's log line (the metrics are counted where the turn closes). The header
+names are `proxy.headers`'.
 
     x-toolsentry-session: s1            : x-toolsentry {"session": "s1", "errors": 1,
     x-toolsentry-errors: 1                "max_errors": 10, "repairs": 0,
@@ -14,13 +15,14 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 
+from proxy.headers import (
+    ERRORS_HEADER,
+    MAX_ERRORS_HEADER,
+    REPAIRS_HEADER,
+    SESSION_HEADER,
+    VIOLATIONS_HEADER,
+)
 from proxy.streaming import encode_comment
-
-SESSION_HEADER: Final = "x-toolsentry-session"
-ERRORS_HEADER: Final = "x-toolsentry-errors"
-MAX_ERRORS_HEADER: Final = "x-toolsentry-max-errors"
-REPAIRS_HEADER: Final = "x-toolsentry-repairs"
-VIOLATIONS_HEADER: Final = "x-toolsentry-violations"
 
 SUMMARY_COMMENT: Final = "x-toolsentry"
 """The name that starts the summary comment sent before a stream's terminal event."""

@@ -43,6 +43,7 @@ from proxy.guard.repair import (
 )
 from proxy.guard.strict import StrictForm, restore_calls
 from proxy.guard.toolcheck import GuardLimits, ToolIndex, validate
+from proxy.headers import MAX_ERRORS_HEADER, REPAIR_HEADER
 from proxy.logs import get_logger, log_request
 from proxy.metrics import Metrics, UnknownToolStats
 from proxy.pipeline.report import TurnReport
@@ -231,30 +232,30 @@ class Pipeline:
         max_errors = self.settings.max_errors
         repair = self.settings.repair
         if self.settings.allow_overrides:
-            raw = headers.get("x-toolsentry-max-errors")
+            raw = headers.get(MAX_ERRORS_HEADER)
             if raw is not None:
                 try:
                     asked = int(raw)
                 except ValueError:
                     raise BadRequestError(
-                        f"x-toolsentry-max-errors must be an integer, got {raw!r}",
-                        param="x-toolsentry-max-errors",
+                        f"{MAX_ERRORS_HEADER} must be an integer, got {raw!r}",
+                        param=MAX_ERRORS_HEADER,
                     ) from None
                 if asked < 1:
                     raise BadRequestError(
-                        "x-toolsentry-max-errors must be at least 1",
-                        param="x-toolsentry-max-errors",
+                        f"{MAX_ERRORS_HEADER} must be at least 1",
+                        param=MAX_ERRORS_HEADER,
                     )
                 max_errors = min(max_errors, asked)
-            mode = headers.get("x-toolsentry-repair")
+            mode = headers.get(REPAIR_HEADER)
             if mode is not None:
                 try:
                     repair = RepairMode(mode.strip().lower())
                 except ValueError:
                     valid = ", ".join(m.value for m in RepairMode)
                     raise BadRequestError(
-                        f"x-toolsentry-repair must be one of {valid}, got {mode!r}",
-                        param="x-toolsentry-repair",
+                        f"{REPAIR_HEADER} must be one of {valid}, got {mode!r}",
+                        param=REPAIR_HEADER,
                     ) from None
         budget, policy = self._budget, self.settings.exhaustion_policy
         if max_errors == budget.max_errors and policy is budget.policy:

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from proxy.headers import ERRORS_HEADER
 from tests.processes import ServerNotStarted, port_options, reported_port, stop_process, tail
 from tests.proxy.builders import make_request
 
@@ -154,7 +155,7 @@ async def fire(
             except httpx.TransportError:
                 return Outcome(0, None, sent, next(order), b"")
             received = next(order)
-            raw_errors = response.headers.get("x-toolsentry-errors")
+            raw_errors = response.headers.get(ERRORS_HEADER)
             errors = int(raw_errors) if raw_errors is not None else None
             return Outcome(response.status_code, errors, sent, received, response.content)
 
