@@ -11,6 +11,7 @@ it, sums them all. One process keeps its values in memory, as fast as plain coun
 
 from __future__ import annotations
 
+import enum
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,25 @@ _LATENCY_BUCKETS = (
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class CallOutcome(enum.StrEnum):
+    """What became of a tool call the client received: the `outcome` label of
+    `toolsentry_tool_calls_total`."""
+
+    VALID = "valid"  # valid as the model made it (or as a strict tool's form restored it)
+    REPAIRED = "repaired"  # a call of an answer repaired by a local fix or a re-ask
+    INVALID = "invalid"  # passed to the client with its violation (`on_unrepaired: pass|reject`)
+    STRIPPED = "stripped"  # removed from the answer (`on_unrepaired: strip`)
+
+
+class RepairResult(enum.StrEnum):
+    """How repairing one violation went: the `result` label of `toolsentry_repairs_total`."""
+
+    SUCCESS = "success"  # the answer the client got has no violation left
+    FAILURE = "failure"  # violations remained after every repair allowed
+    LOCAL_FIX = "local_fix"  # fixed in place, without asking the model again
+    FALLBACK = "fallback"  # the upstream refused a constrained re-ask; it was re-asked plainly
 
 
 @dataclass(frozen=True)
@@ -210,7 +230,7 @@ class ModelSeries:
         self._model = model
         self._api = api
         self._requests: dict[str, PromCounter] = {}
-        self._tool_calls: dict[str, PromCounter] = {}
+        self._tool_calls: dict[CallOutcome, PromCounter] = {}
         self._upstream_seconds: Histogram | None = None
         self._overhead_seconds: Histogram | None = None
 
@@ -223,7 +243,7 @@ class ModelSeries:
             )
         return child
 
-    def tool_calls(self, outcome: str) -> PromCounter:
+    def tool_calls(self, outcome: CallOutcome) -> PromCounter:
         """`toolsentry_tool_calls_total{model, outcome, api}`."""
         child = self._tool_calls.get(outcome)
         if child is None:

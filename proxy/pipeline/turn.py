@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -45,7 +45,7 @@ from proxy.guard.strict import StrictForm, restore_calls
 from proxy.guard.toolcheck import GuardLimits, ToolIndex, validate
 from proxy.headers import MAX_ERRORS_HEADER, REPAIR_HEADER
 from proxy.logs import get_logger, log_request
-from proxy.metrics import Metrics, UnknownToolStats
+from proxy.metrics import CallOutcome, Metrics, RepairResult, UnknownToolStats
 from proxy.pipeline.report import TurnReport
 from proxy.protocols.base import Choice, Message, Settled, TurnView, WireProtocol
 from proxy.protocols.constrain import FOR_API, Constrain
@@ -334,7 +334,7 @@ class Turn:
         self._repaired = 0
         self._unrepaired: list[Violation] = []
         # Calls delivered by outcome; a plain dict, as a Counter costs a few µs to create.
-        self._outcomes: dict[str, int] = {}
+        self._outcomes: dict[CallOutcome, int] = {}
         self._failed = False
         self._responses: list[str] = []
         self.shadowed = False
@@ -471,7 +471,7 @@ class Turn:
             # The upstream's first answer, decided now: a repair may change the message later.
             self._shadow_first = (Decision.of_message(message, found), message)
         if not found:
-            self._tally("valid", len(message.get("tool_calls") or ()))
+            self._tally(CallOutcome.VALID, len(message.get("tool_calls") or ()))
             if trace is not None:
                 trace.finish_reason(reason)
             return Settled(choice.index, message, reason, message is not original)
@@ -487,50 +487,54 @@ class Turn:
                 remaining = validate(
                     current, None, view.tool_choice, finish_reason=reason, index=view.index
                 )
-                for violation in fixed:
-                    self._pipeline.metrics.repairs.labels(
-                        self.model, violation.channel.value, "local_fix", self.protocol.api
-                    ).inc()
+                self._count_repairs(fixed, RepairResult.LOCAL_FIX)
 
         if remaining and self.repair.reasks and settings.max_reasks > 0:
             current, reason, remaining, usage = await self._reask(current, reason, remaining)
 
         repaired = not remaining
-        result = "success" if repaired else "failure"
-        for violation in found:
-            self._pipeline.metrics.repairs.labels(
-                self.model, violation.channel.value, result, self.protocol.api
-            ).inc()
+        self._count_repairs(found, RepairResult.SUCCESS if repaired else RepairResult.FAILURE)
         if trace is not None:
             trace.settled(repaired=repaired, decision=_decision(repaired, settings.on_unrepaired))
             trace.finish_reason(reason)
         if repaired:
             self._repaired += len(found)
-            self._tally("repaired", len(current.get("tool_calls") or ()))
+            self._tally(CallOutcome.REPAIRED, len(current.get("tool_calls") or ()))
             return Settled(choice.index, current, reason, True, usage)
+        settled = Settled(choice.index, current, reason, current is not original, usage)
+        return await self._apply_on_unrepaired(settled, remaining, found)
 
-        policy = settings.on_unrepaired
+    async def _apply_on_unrepaired(
+        self, answer: Settled, remaining: list[Violation], found: list[Violation]
+    ) -> Settled:
+        """Apply `on_unrepaired` to `answer`, whose `remaining` violations no repair removed
+        (`found`: the upstream's first response's), and count what the client gets.
+
+        Raises UnrepairedToolCallError under `on_unrepaired: reject` (the turn closed with 422).
+        """
+        policy, message = self._pipeline.settings.on_unrepaired, answer.message
         if policy is OnUnrepaired.STRIP:
-            stripped = strip_invalid(current, remaining)
+            stripped = strip_invalid(message, remaining)
             # A failure of the message itself (a call leaked into content, an empty answer, a
             # required call not made) has no call to remove: the client gets it, and it counts.
             kept = [v for v in remaining if v.call_index is None]
-            self._tally("stripped", len(remaining) - len(kept))
-            self._tally("valid", len(stripped.get("tool_calls") or ()))
+            self._tally(CallOutcome.STRIPPED, len(remaining) - len(kept))
+            self._tally(CallOutcome.VALID, len(stripped.get("tool_calls") or ()))
+            reason = answer.finish_reason
             if reason == "tool_calls" and not stripped.get("tool_calls"):
                 reason = "stop"
             if kept:
                 self._unrepaired.extend(kept)
                 self._count(beyond(kept, found))
-            return Settled(choice.index, stripped, reason, True, usage)
+            return replace(answer, message=stripped, finish_reason=reason, changed=True)
         self._unrepaired.extend(remaining)
         # What the client gets is reported and counted in its channels, also where a re-ask
         # failed otherwise than the original response did.
         self._count(beyond(remaining, found))
         bad = {v.call_index for v in remaining}
-        calls = current.get("tool_calls") or []
-        self._tally("invalid", sum(1 for i in range(len(calls)) if i in bad))
-        self._tally("valid", sum(1 for i in range(len(calls)) if i not in bad))
+        calls = message.get("tool_calls") or []
+        self._tally(CallOutcome.INVALID, sum(1 for i in range(len(calls)) if i in bad))
+        self._tally(CallOutcome.VALID, sum(1 for i in range(len(calls)) if i not in bad))
         if policy is OnUnrepaired.REJECT:
             report = await self.close(UnrepairedToolCallError.status_code)
             raise UnrepairedToolCallError(
@@ -539,7 +543,7 @@ class Turn:
                 code=remaining[0].channel.value,
                 headers=report.headers(),
             )
-        return Settled(choice.index, current, reason, current is not original, usage)
+        return answer
 
     async def _reask(
         self, message: Message, reason: str | None, violations: list[Violation]
@@ -604,17 +608,19 @@ class Turn:
         except UpstreamStatusError as exc:
             if not self._refused(exc):
                 raise
-        for violation in violations:
-            self._pipeline.metrics.repairs.labels(
-                self.model, violation.channel.value, "fallback", self.protocol.api
-            ).inc()
+        self._count_repairs(violations, RepairResult.FALLBACK)
         trace = CURRENT_TRACE.get()
         if trace is not None:
             trace.attempt_kind("fallback")
         return await self.send(request), self._strict_first
 
-    def _tally(self, outcome: str, calls: int) -> None:
+    def _tally(self, outcome: CallOutcome, calls: int) -> None:
         self._outcomes[outcome] = self._outcomes.get(outcome, 0) + calls
+
+    def _count_repairs(self, violations: Sequence[Violation], result: RepairResult) -> None:
+        repairs, api = self._pipeline.metrics.repairs, self.protocol.api
+        for violation in violations:
+            repairs.labels(self.model, violation.channel.value, result, api).inc()
 
     def _count(self, violations: Sequence[Violation]) -> None:
         self._found.extend(violations)
