@@ -9,7 +9,8 @@ the same figures; `figures` turns a tally into what `GET /v1/stats/shadow` shows
 The live figures are deliberately simple — rates with a Wilson interval, a rate ratio with Katz's
 log interval, Spearman's rank correlation, the novel share, argument agreement. `evalkit shadow`
 reads the shadow log and adds the full statistics (evalkit imports this module; the proxy never
-imports evalkit).
+imports evalkit). The interval and correlation arithmetic is `proxy/statistics.py`, which
+evalkit's analysis uses too.
 
 Units. A rate is per answer: the share of pairs whose primary (reference) answer failed in the
 channel at least once. A signature is (channel, tool name as called; "" for a channel that names
@@ -20,19 +21,17 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Any, Final, TypeVar
 
 import orjson
 
 from proxy.guard.channels import Violation
 from proxy.guard.toolcheck import parse_arguments
+from proxy.statistics import Z_95, relative_risk, spearman, wilson
 
-Z_95: Final = NormalDist().inv_cdf(0.975)
 _K = TypeVar("_K")
 TOP_NAMES: Final = 10
 
@@ -528,23 +527,6 @@ def is_sampled(session: str, *, seed: int, rate: float) -> bool:
 # -- statistics ----------------------------------------------------------------------------------
 
 
-def wilson(successes: int, trials: int, z: float = Z_95) -> tuple[float, float] | None:
-    """The Wilson score interval of `successes / trials`; None without trials.
-
-    Raises:
-        ValueError: when successes exceed trials or a count is negative.
-    """
-    if successes < 0 or trials < 0 or successes > trials:
-        raise ValueError(f"need 0 ≤ successes ≤ trials, got {successes} of {trials}")
-    if trials == 0:
-        return None
-    p = successes / trials
-    spread = z * z / trials
-    centre = (p + spread / 2) / (1 + spread)
-    half = z * math.sqrt(p * (1 - p) / trials + spread / (4 * trials)) / (1 + spread)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 @dataclass(frozen=True, slots=True)
 class Ratio:
     """`primary rate / reference rate` with a 95% interval (Katz's log method). `corrected`: one
@@ -563,52 +545,10 @@ class Ratio:
 def katz_ratio(
     primary_events: int, reference_events: int, trials: int, z: float = Z_95
 ) -> Ratio | None:
-    """The ratio of two rates over the same `trials` with Katz's log interval; None without
-    trials or without events on either side. The same arithmetic as evalkit's `rate_ratio`."""
-    if trials <= 0 or (primary_events == 0 and reference_events == 0):
-        return None
-    p, r, n = float(primary_events), float(reference_events), float(trials)
-    corrected = primary_events == 0 or reference_events == 0
-    if corrected:
-        p, r, n = p + 0.5, r + 0.5, n + 1.0
-    ratio = p / r
-    se = math.sqrt(1.0 / p - 1.0 / n + 1.0 / r - 1.0 / n)
-    return Ratio(ratio, ratio * math.exp(-z * se), ratio * math.exp(z * se), corrected)
-
-
-def average_ranks(values: Sequence[float]) -> list[float]:
-    """Ranks from 1, ties sharing their average rank."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in order[i : j + 1]:
-            ranks[k] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
-def rank_correlation(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Spearman's rank correlation; None for fewer than two points or a constant side.
-
-    Raises:
-        ValueError: when the sequences differ in length.
-    """
-    if len(x) != len(y):
-        raise ValueError(f"sequences differ in length: {len(x)} and {len(y)}")
-    if len(x) < 2:
-        return None
-    rx, ry = average_ranks(x), average_ranks(y)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
-    sxx = sum((a - mx) ** 2 for a in rx)
-    syy = sum((b - my) ** 2 for b in ry)
-    if sxx == 0 or syy == 0:
-        return None
-    return sxy / math.sqrt(sxx * syy)
+    """The ratio of two rates over the same `trials` with Katz's log interval
+    (`proxy.statistics.relative_risk`); None without trials or without events on either side."""
+    found = relative_risk(primary_events, trials, reference_events, trials, z)
+    return None if found is None else Ratio(*found)
 
 
 def signature_agreement(
@@ -618,9 +558,7 @@ def signature_agreement(
     share of the primary's failures whose signature the reference never produced). Either is
     None where undefined (no signatures; no primary failures)."""
     keys = sorted(primary.keys() | reference.keys())
-    correlation = rank_correlation(
-        [primary.get(k, 0) for k in keys], [reference.get(k, 0) for k in keys]
-    )
+    correlation = spearman([primary.get(k, 0) for k in keys], [reference.get(k, 0) for k in keys])
     total = sum(primary.values())
     novel = sum(n for k, n in primary.items() if not reference.get(k, 0))
     return correlation, (novel / total if total else None)

@@ -1,5 +1,7 @@
 """The statistics behind `evalkit analyze` and `compare`: bootstrap intervals, paired tests,
-multiple-testing correction, equivalence, rate ratios and rank correlation.
+multiple-testing correction, equivalence, rate ratios and rank correlation. The Wilson interval,
+the rate ratio's interval and Spearman's correlation are `proxy/statistics.py`'s, which the proxy's
+live shadow figures use too; this module gives them evalkit's arrays and conventions.
 
 Everything is a plain function of numbers (numpy, no scipy at run time; the tests hold each one
 against scipy's reference). Randomised procedures take a `seed` and give the same answer for the
@@ -16,11 +18,13 @@ import itertools
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
+
+from proxy.statistics import Z_95, average_ranks, relative_risk, wilson, z_of
+from proxy.statistics import spearman as shared_spearman
 
 DEFAULT_RESAMPLES: Final = 10_000
 EXACT_SIGN_FLIP_LIMIT: Final = 16  # 2**16 sign vectors: exact enumeration is cheaper than sampling
@@ -313,16 +317,8 @@ def rate_ratio(
     for events, trials in ((a_events, a_trials), (b_events, b_trials)):
         if events < 0 or trials < 0 or events > trials:
             raise ValueError(f"need 0 ≤ events ≤ trials, got {events} of {trials}")
-    if a_trials == 0 or b_trials == 0 or (a_events == 0 and b_events == 0):
-        return None
-    a, na, b, nb = float(a_events), float(a_trials), float(b_events), float(b_trials)
-    corrected = a_events == 0 or b_events == 0
-    if corrected:
-        a, na, b, nb = a + 0.5, na + 1.0, b + 0.5, nb + 1.0
-    ratio = (b / nb) / (a / na)
-    se = math.sqrt(1.0 / a - 1.0 / na + 1.0 / b - 1.0 / nb)
-    z = NormalDist().inv_cdf(0.5 + confidence / 2.0)
-    return RateRatio(ratio, ratio * math.exp(-z * se), ratio * math.exp(z * se), corrected)
+    found = relative_risk(b_events, b_trials, a_events, a_trials, z_of(confidence))
+    return None if found is None else RateRatio(*found)
 
 
 # -- rank correlation --------------------------------------------------------------------------
@@ -330,57 +326,36 @@ def rate_ratio(
 
 def rankdata(values: npt.ArrayLike) -> FloatArray:
     """Ranks from 1, ties sharing their average rank (scipy's `rankdata(method="average")`)."""
-    x = np.asarray(values, dtype=np.float64).ravel()
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(x.size)
-    sorted_x = x[order]
-    start = 0
-    while start < x.size:
-        stop = start + 1
-        while stop < x.size and sorted_x[stop] == sorted_x[start]:
-            stop += 1
-        ranks[order[start:stop]] = (start + stop + 1) / 2.0
-        start = stop
-    return ranks
+    return np.asarray(average_ranks(_sample(values)), dtype=np.float64)
 
 
 def spearman(x: npt.ArrayLike, y: npt.ArrayLike) -> float | None:
-    """Spearman's rank correlation of paired samples; None when undefined (fewer than two pairs,
-    or a constant sample).
+    """Spearman's rank correlation of paired samples (`proxy.statistics.spearman`); None when
+    undefined (fewer than two pairs, or a constant sample).
 
     Raises:
         ValueError: when the samples differ in length.
     """
-    rx, ry = rankdata(x), rankdata(y)
-    if rx.size != ry.size:
-        raise ValueError(f"samples differ in length: {rx.size} and {ry.size}")
-    if rx.size < 2:
-        return None
-    cx, cy = rx - rx.mean(), ry - ry.mean()
-    denominator = math.sqrt(float(cx @ cx) * float(cy @ cy))
-    if denominator == 0.0:
-        return None
-    return float(cx @ cy) / denominator
+    return shared_spearman(_sample(x), _sample(y))
+
+
+def _sample(values: npt.ArrayLike) -> list[float]:
+    floats: list[float] = np.asarray(values, dtype=np.float64).ravel().tolist()
+    return floats
 
 
 # -- proportions -------------------------------------------------------------------------------
 
-Z_95: Final = 1.959964
-
 
 def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
-    """The Wilson score interval of the proportion `successes / n` (95% by default); (0, 0) for
-    n = 0.
+    """The Wilson score interval of the proportion `successes / n` (95% by default;
+    `proxy.statistics.wilson`); (0, 0) for n = 0, as evalkit's tables show an empty cell.
 
     Raises:
         ValueError: when successes is outside 0…n.
     """
     if n == 0:
         return 0.0, 0.0
-    if not 0 <= successes <= n:
-        raise ValueError(f"{successes} successes in {n} trials")
-    p = successes / n
-    denominator = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denominator
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
+    interval = wilson(successes, n, z)
+    assert interval is not None  # n > 0
+    return interval

@@ -26,10 +26,8 @@ from proxy.shadowstats import (
     katz_ratio,
     pair_counts,
     pair_key,
-    rank_correlation,
     signature_agreement,
     tally_pairs,
-    wilson,
 )
 
 
@@ -246,21 +244,6 @@ def test_figures_of_nothing_are_empty_not_errors() -> None:
     assert got["arguments"]["agreement"] is None
 
 
-@given(st.integers(0, 60), st.integers(1, 60))
-def test_wilson_matches_scipy(successes: int, extra: int) -> None:
-    trials = successes + extra - 1 if successes else extra
-    interval = wilson(successes, trials)
-    expected = scipy_stats.binomtest(successes, trials).proportion_ci(method="wilson")
-    assert interval is not None
-    assert interval == pytest.approx((expected.low, expected.high), abs=1e-12)
-
-
-def test_wilson_refuses_more_successes_than_trials_and_has_no_interval_without_trials() -> None:
-    assert wilson(0, 0) is None
-    with pytest.raises(ValueError, match="successes"):
-        wilson(3, 2)
-
-
 @given(st.integers(1, 80), st.integers(1, 80), st.integers(0, 80))
 def test_katz_ratio_matches_scipys_relative_risk(p: int, r: int, more: int) -> None:
     trials = max(p, r) + more
@@ -280,17 +263,6 @@ def test_katz_ratio_corrects_a_side_without_events_and_is_none_without_any() -> 
     assert corrected is not None
     assert corrected.corrected
     assert corrected.ratio == pytest.approx(11.0)
-
-
-@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), min_size=2, max_size=30))
-def test_rank_correlation_matches_scipy(points: list[tuple[int, int]]) -> None:
-    x = [float(a) for a, _ in points]
-    y = [float(b) for _, b in points]
-    got = rank_correlation(x, y)
-    if len(set(x)) == 1 or len(set(y)) == 1:
-        assert got is None
-        return
-    assert got == pytest.approx(scipy_stats.spearmanr(x, y)[0], abs=1e-12)
 
 
 def test_signature_agreement_over_the_union_and_the_share_never_seen_in_the_reference() -> None:
