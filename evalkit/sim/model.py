@@ -33,6 +33,7 @@ from evalkit.sim.conversation import Conversation, read_conversation
 from evalkit.sim.profiles import DamageProfile
 from evalkit.sim.vocabulary import wrong_tool_name
 from evalkit.tasks import Action, Task
+from proxy.guard import Channel
 from proxy.guard.toolcheck import validate
 
 CLOSING_QUESTION: Final = "Is there anything else I can help you with?"
@@ -237,17 +238,17 @@ class SimulatedModel:
         detail = rng.random()
         call_id = _call_id(rng)
         arguments = dict(action.arguments)
-        if channel == "unknown_tool":
+        if channel is Channel.UNKNOWN_TOOL:
             name = wrong_tool_name(self.domain.name, declared, detail, profile.wrong_tool_names)
             if name is not None:
                 return _call(call_id, name, json.dumps(arguments), channel)
-        elif channel == "malformed_arguments":
+        elif channel is Channel.MALFORMED_ARGUMENTS:
             return _call(call_id, action.name, _malformed(arguments, detail), channel)
-        elif channel == "schema_violation":
+        elif channel is Channel.SCHEMA_VIOLATION:
             broken = _violating(arguments, declared.get(action.name), detail)
             if broken is not None:
                 return _call(call_id, action.name, json.dumps(broken), channel)
-        elif channel == "leaked_tool_call":
+        elif channel is Channel.LEAKED_TOOL_CALL:
             text = json.dumps({"name": action.name, "arguments": arguments})
             return SimReply(f"<tool_call>\n{text}\n</tool_call>", mistake=channel)
         return _call(call_id, action.name, json.dumps(arguments), None)
@@ -259,7 +260,7 @@ class SimulatedModel:
         return f"{DONE}{told} {CLOSING_QUESTION}"
 
 
-def _draw_channel(whether: float, which: float, profile: DamageProfile) -> str | None:
+def _draw_channel(whether: float, which: float, profile: DamageProfile) -> Channel | None:
     """The channel a call errs on, or None: it errs when `whether` falls below the profile's
     mistake rate, on the channel `which` picks in proportion to the channel rates.
 

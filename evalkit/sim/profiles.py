@@ -26,14 +26,22 @@ YAML file:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from evalkit.errors import UsageError
+from proxy.guard import Channel
 
-CHANNEL_FIELDS = ("unknown_tool", "malformed_arguments", "schema_violation", "leaked_tool_call")
+CHANNEL_FIELDS: Final = (
+    Channel.UNKNOWN_TOOL,
+    Channel.MALFORMED_ARGUMENTS,
+    Channel.SCHEMA_VIOLATION,
+    Channel.LEAKED_TOOL_CALL,
+)
+"""The channels a profile errs on, in the order mistakes are drawn; each is a rate field of the
+same name (a `Channel` is its name)."""
 DEFAULT_INT4_MULTIPLIER = 2.5
 FP8_MULTIPLIER = 1.3
 MAX_MISTAKE_RATE = 0.9
@@ -77,7 +85,7 @@ class DamageProfile(BaseModel):
         """The probability that a tool call goes wrong on some channel."""
         return float(sum(getattr(self, f) for f in CHANNEL_FIELDS))
 
-    def channel_rates(self) -> dict[str, float]:
+    def channel_rates(self) -> dict[Channel, float]:
         """The per-call rate of each channel, in the order mistakes are drawn."""
         return {f: float(getattr(self, f)) for f in CHANNEL_FIELDS}
 
