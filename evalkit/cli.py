@@ -17,11 +17,7 @@ import typer
 from rich.console import Console
 
 from evalkit.analysis.compare import CellComparison, compare_cells
-from evalkit.analysis.load import DomainData, load_runs, pair_cells
-from evalkit.analysis.run import RunAnalysis
-from evalkit.analysis.stats import DEFAULT_RESAMPLES
-from evalkit.analysis.table import Table, columns
-from evalkit.analysis.tables import (
+from evalkit.analysis.figure_tables import (
     budget_ci_table,
     budget_order,
     budget_table,
@@ -37,6 +33,10 @@ from evalkit.analysis.tables import (
     termination_table,
     wrong_names_table,
 )
+from evalkit.analysis.load import DomainData, load_runs, pair_cells
+from evalkit.analysis.run import RunAnalysis
+from evalkit.analysis.stats import DEFAULT_RESAMPLES
+from evalkit.analysis.table import Table, columns
 from evalkit.domains import get_domain
 from evalkit.domains.base import Domain
 from evalkit.errors import JudgeError, UsageError

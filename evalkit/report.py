@@ -29,9 +29,7 @@ from matplotlib.figure import Figure
 
 from evalkit.analysis.channels import ErrorChannel
 from evalkit.analysis.compare import CellComparison
-from evalkit.analysis.run import RunAnalysis
-from evalkit.analysis.table import Table
-from evalkit.analysis.tables import (
+from evalkit.analysis.figure_tables import (
     budget_ci_table,
     budget_order,
     channel_table,
@@ -41,6 +39,8 @@ from evalkit.analysis.tables import (
     termination_table,
     wrong_names_table,
 )
+from evalkit.analysis.run import RunAnalysis
+from evalkit.analysis.table import Table
 
 COLOURS: Final = ("#1f5fa8", "#d1495b", "#2e8b57", "#8a5fbf")
 _SLUG: Final = re.compile(r"[^a-z0-9]+")

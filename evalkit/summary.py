@@ -1,4 +1,4 @@
-"""What a replay shows, arm by arm — the tables of `evalkit.analysis.tables` over each arm's
+"""What a replay shows, arm by arm — the tables of `evalkit.analysis.figure_tables` over each arm's
 analysed results, the same ones `evalkit analyze` and `report` print for those files — and a
 headline in sentences, rendered to Markdown (`summary.md`) or to the terminal.
 
@@ -14,10 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from evalkit.analysis.channels import DeclaredTools
-from evalkit.analysis.load import DomainData, analyze_results
-from evalkit.analysis.run import RunAnalysis
-from evalkit.analysis.table import Table
-from evalkit.analysis.tables import (
+from evalkit.analysis.figure_tables import (
     budget_order,
     budget_table,
     experienced_tables,
@@ -27,6 +24,9 @@ from evalkit.analysis.tables import (
     termination_table,
     wrong_names_table,
 )
+from evalkit.analysis.load import DomainData, analyze_results
+from evalkit.analysis.run import RunAnalysis
+from evalkit.analysis.table import Table
 from evalkit.formats import Results
 from evalkit.replay import Replay
 from evalkit.wire import API_TITLES

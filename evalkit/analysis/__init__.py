@@ -7,6 +7,8 @@ statistics that tell a flat score from no damage (DESIGN §10).
     run.py        one run's figures
     compare.py    A against B, per cell, with a verdict in plain words
     load.py       results files → runs (the I/O edge)
+    table.py      the one table type (`Table`), rendered to the terminal, Markdown and HTML
+    figure_tables.py   the figures above as `Table`s: the one place a figure becomes a cell's text
 """
 
 from evalkit.analysis.budget import BudgetPoint, budget_curve, reward_at_budget

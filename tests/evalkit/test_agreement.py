@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evalkit.analysis.budget import Budget
-from evalkit.analysis.tables import pct
+from evalkit.analysis.figure_tables import pct
 from evalkit.cli import app
 from evalkit.replay import Replay, ReplayOptions, execute, proxy_in_front
 from evalkit.summary import summarize_replay

@@ -1,5 +1,6 @@
 """The tables of evalkit's output, built from analysed runs: the one place that turns a figure of
-`RunAnalysis` or `CellComparison` into the text of a cell. `replay`'s screen and `summary.md`,
+`RunAnalysis` or `CellComparison` into the text of a cell (the `Table` type itself, and how it is
+rendered, is `table.py`). `replay`'s screen and `summary.md`,
 `analyze`, `compare` and `report` all print these tables, so one run shows the same figures
 wherever it is shown. Numbers are points (×100) with one decimal unless a column says otherwise.
 """
