@@ -30,6 +30,7 @@ from evalkit.analysis.table import Table
 from evalkit.formats import Results
 from evalkit.replay import Replay
 from evalkit.wire import API_TITLES
+from proxy.guard.repair import RepairMode
 from proxy.guard.toolcheck import compile_tools
 
 SUMMARY: Final = "summary.md"
@@ -56,8 +57,8 @@ def headline(arms: Sequence[tuple[str, str | None]], runs: Sequence[RunAnalysis]
     by_key = {key: r for key, r in zip(arms, runs, strict=True) if r.episodes}
     labels = list(dict.fromkeys(label for label, _ in arms))
     lines = []
-    plain = [r for r in dict.fromkeys(r for _, r in arms) if r != "reask"]
-    base_mode = plain[0] if plain else "reask"
+    plain = [r for r in dict.fromkeys(r for _, r in arms) if r != RepairMode.REASK]
+    base_mode = plain[0] if plain else RepairMode.REASK
     reference = by_key.get((labels[0], base_mode))
     if reference is None:
         return list(nl_footnotes(runs))
@@ -78,9 +79,12 @@ def headline(arms: Sequence[tuple[str, str | None]], runs: Sequence[RunAnalysis]
             f" {other.errors_per_episode_mean(budget):.2f} failures per episode against "
             f"{reference.errors_per_episode_mean(budget):.2f}."
         )
-    if base_mode != "reask":
+    if base_mode != RepairMode.REASK:
         for label in labels:
-            without, repaired = by_key.get((label, base_mode)), by_key.get((label, "reask"))
+            without, repaired = (
+                by_key.get((label, base_mode)),
+                by_key.get((label, RepairMode.REASK)),
+            )
             if without is None or repaired is None:
                 continue
             line = (

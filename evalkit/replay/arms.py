@@ -10,6 +10,7 @@ from pathlib import Path
 
 from evalkit.replay.options import RESULTS, ReplayOptions
 from evalkit.sim.profiles import DamageProfile
+from proxy.guard.repair import RepairMode
 from proxy.headers import MAX_ERRORS_HEADER, REPAIR_HEADER
 
 
@@ -41,7 +42,7 @@ def plan_arms(options: ReplayOptions, profiles: Sequence[DamageProfile] = ()) ->
 
 def _arm_name(label: str, repair: str | None) -> str:
     safe = label.replace("/", "_")
-    return f"{safe}+repair" if repair == "reask" else safe
+    return f"{safe}+repair" if repair == RepairMode.REASK else safe
 
 
 def results_path(out: Path, arms: Sequence[Arm], arm: Arm) -> Path:

@@ -10,12 +10,14 @@ from typing import Any, Final, Literal
 from evalkit.errors import UsageError
 from evalkit.orchestrator import DEFAULT_MAX_STEPS
 from evalkit.wire import API_NAMES, ApiName
+from proxy.guard.repair import RepairMode
 
 MANIFEST: Final = "replay.json"
 RESULTS: Final = "results.json"
 DEFAULT_PROFILES: Final = ("bf16", "int4")
-DEFAULT_REPAIRS: Final = ("off", "reask")
-REPAIR_MODES: Final = ("off", "reask")
+REPAIR_MODES: Final = (RepairMode.OFF, RepairMode.REASK)
+"""The proxy's repair modes a replay arm may run under (`constrain` needs a real upstream)."""
+DEFAULT_REPAIRS: Final = REPAIR_MODES
 WRITE_INTERVAL_S: Final = 2.0
 PROBE_TIMEOUT_S: Final = 5.0
 
