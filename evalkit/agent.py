@@ -28,8 +28,9 @@ from evalkit.messages import (
     now_iso,
 )
 from evalkit.tasks import Action, Task
+from proxy.session.budget import DEFAULT_SESSION_HEADER
 
-SESSION_HEADER = "x-session-id"
+SESSION_HEADER = DEFAULT_SESSION_HEADER  # the one the proxy reads first
 TASK_HEADER = "x-evalkit-task"
 TRIAL_HEADER = "x-evalkit-trial"
 SEED_HEADER = "x-evalkit-seed"
