@@ -14,7 +14,7 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 
-from proxy.streaming import encode_comment
+from proxy.sse import encode_comment
 
 SESSION_HEADER: Final = "x-toolsentry-session"
 ERRORS_HEADER: Final = "x-toolsentry-errors"

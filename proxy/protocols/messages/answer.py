@@ -15,8 +15,16 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from proxy.answers import DEFAULT_FRAGMENT, Answer, Call, Finish, Thinking, Usage, parsed_arguments
-from proxy.answers import pieces as cut
+from proxy.protocols.answer import (
+    DEFAULT_FRAGMENT,
+    Answer,
+    Call,
+    Finish,
+    Thinking,
+    Usage,
+    parsed_arguments,
+)
+from proxy.protocols.answer import pieces as cut
 
 ERROR_TYPES: Final = {
     400: "invalid_request_error",

@@ -3,7 +3,7 @@
 The guard's neutral message is chat's own assistant message, so reading a reply is taking its
 choices and writing one is putting the settled messages back. A re-ask appends the assistant's
 message and one `role: tool` answer per call (DESIGN §6); streams are assembled by
-`proxy.streaming.ChunkAssembler`.
+`proxy.protocols.chat.stream.ChunkAssembler`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,21 @@ from proxy.errors import ToolsentryError, UpstreamProtocolError
 from proxy.guard.channels import Violation
 from proxy.guard.repair import corrective_messages
 from proxy.guard.toolcheck import ToolIndex
-from proxy.protocols.base import Adapter, Choice, Message, Reply, Settled, ToolResult, TurnView
+from proxy.protocols.base import (
+    API,
+    Adapter,
+    Choice,
+    Finish,
+    Message,
+    Reply,
+    Settled,
+    ToolResult,
+    TurnView,
+)
+from proxy.protocols.chat.answer import completion_chunks
+from proxy.protocols.chat.stream import ChunkAssembler
 from proxy.session.budget import content_text, message_hints
-from proxy.streaming import DONE, ChunkAssembler, SSEEvent, completion_chunks, encode_event
+from proxy.sse import DONE, SSEEvent, encode_event
 
 # A re-ask asks for one answer, not streamed, whatever the client asked for.
 _NOT_REASKED: Final = frozenset({"stream", "stream_options", "n"})
@@ -28,7 +40,7 @@ _NOT_REASKED: Final = frozenset({"stream", "stream_options", "n"})
 class ChatProtocol(Adapter):
     """The chat-completions adapter (see `proxy.protocols.base.WireProtocol`)."""
 
-    api = "chat"
+    api = API.CHAT
     path = "chat/completions"
 
     def view(self, body: dict[str, Any], index: ToolIndex | None) -> TurnView:
@@ -102,7 +114,7 @@ class ChatProtocol(Adapter):
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": text, "tool_calls": None},
-                    "finish_reason": "stop",
+                    "finish_reason": Finish.STOP,
                     "logprobs": None,
                 }
             ],

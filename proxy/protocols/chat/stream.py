@@ -1,248 +1,38 @@
-"""Server-sent events and chat-completion chunks, without I/O (DESIGN §7).
+"""A chat-completion stream assembled for the turn, without I/O (DESIGN §7).
 
-`SSEDecoder` turns upstream bytes, however they are cut, into events; `encode_event`,
-`encode_comment` and `DONE` write the stream the client reads. Between the two, one
-`ChunkAssembler` per stream forwards content as it arrives, holds tool-call deltas until their
+One `ChunkAssembler` per stream forwards content as it arrives, holds tool-call deltas until their
 choice finishes, hands the assembled message over for validation, and re-emits the (possibly
-repaired) tool calls, so that the client's accumulated message is the non-streamed one.
-The service drives them from its byte iterator (comments pass through as keep-alives)::
+repaired) tool calls, so that the client's accumulated message is the non-streamed one. The
+stream's adapter (`proxy.protocols.chat.adapter.ChatAssembly`) drives it from the decoded events
+(`proxy.sse`)::
 
-    for item in decoder.feed(data):                  # decoder.flush() at the end of the body
-        if isinstance(item, SSEEvent) and item.payload is not None:
-            yield from map(encode_event, assembler.add(item.payload))
-            for done in assembler.take_finished():   # validate done.message, repair it
-                yield from map(encode_event, assembler.emit_tool_calls(done.index, message, reason))
-        ...  # SSEComment -> encode_comment(item.text); [DONE] -> assembler.close(), then DONE
+    for chunk in assembler.add(event.payload):         # forward each at once
+        ...
+    for done in assembler.take_finished():             # validate done.message, repair it
+        assembler.emit_tool_calls(done.index, message, reason)
+    assembler.close()                                  # at [DONE] or the end of the body
 
-Errors raised after the first byte went out are sent as `encode_event(exc.body())`, and the
+Errors raised after the first byte went out are sent as the protocol's error event, and the
 stream ends there without `[DONE]`; the OpenAI SDK raises `APIError` on that event.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import orjson
-
 from proxy.errors import UpstreamProtocolError, UpstreamStatusError
+from proxy.sse import excerpt
 from proxy.usage import sum_usage
 
 Chunk = dict[str, Any]
 
-DONE: Final = b"data: [DONE]\n\n"
-"""The event that ends an OpenAI stream."""
-
-_EOL: Final = re.compile(rb"\r\n|\r|\n")
-_TEXT_EOL: Final = re.compile(r"\r\n|\r|\n")
-_BOM: Final = b"\xef\xbb\xbf"
-_EXCERPT: Final = 120
 _CHOICE_KEYS: Final = ("index", "delta", "logprobs", "finish_reason")
 
 
 def _sent(what: str) -> UpstreamProtocolError:
     return UpstreamProtocolError(f"upstream sent {what}")
-
-
-def _excerpt(text: str | bytes) -> str:
-    return repr(text[:_EXCERPT]) + (" …" if len(text) > _EXCERPT else "")
-
-
-@dataclass(frozen=True, slots=True)
-class SSEEvent:
-    """One dispatched event: `data` joins its `data:` lines; `payload` is that data parsed as a
-    JSON object, or None for `[DONE]`. `event`, `id` and `retry` are the SSE fields as sent."""
-
-    data: str
-    payload: dict[str, Any] | None
-    event: str | None = None
-    id: str | None = None
-    retry: int | None = None
-
-    @property
-    def is_done(self) -> bool:
-        """Whether this is the `[DONE]` sentinel."""
-        return self.payload is None
-
-
-@dataclass(frozen=True, slots=True)
-class SSEComment:
-    """A comment line (`: ping`), the text after the colon and one optional space."""
-
-    text: str
-
-
-class SSEDecoder:
-    """Incremental SSE decoder (WHATWG event-stream rules) for OpenAI-style streams.
-
-    Lines may end in `\\r\\n`, `\\r` or `\\n`, and `feed` may be given any cut of the stream,
-    including inside a line ending or a multi-byte UTF-8 character. Comments are returned in
-    stream order as `SSEComment`s. Every `data` payload must be a JSON object or `[DONE]`.
-    After an `UpstreamProtocolError` the decoder's state is undefined.
-    """
-
-    def __init__(self) -> None:
-        self._line = bytearray()
-        self._after_cr = False
-        self._at_start = True
-        self._data: list[str] = []
-        self._event: str | None = None
-        self._id: str | None = None
-        self._retry: int | None = None
-
-    def feed(self, data: bytes) -> list[SSEEvent | SSEComment]:
-        """Consume `data`; return the events and comments it completes, in stream order.
-
-        Raises `UpstreamProtocolError` for a line that is not UTF-8 or a `data` payload that
-        is neither JSON nor `[DONE]`.
-        """
-        out: list[SSEEvent | SSEComment] = []
-        if self._after_cr and data:  # a `\r` ended the last piece: a `\n` starting this one is its
-            data, self._after_cr = data[1:] if data[:1] == b"\n" else data, False
-        buffer = self._line
-        scan_from = len(buffer)  # the kept partial line holds no line ending
-        buffer += data
-        if self._at_start:
-            if len(buffer) < len(_BOM) and _BOM.startswith(buffer):
-                return out  # could still be a byte-order mark
-            self._at_start = False
-            if buffer.startswith(_BOM):
-                del buffer[: len(_BOM)]
-                scan_from = 0
-        consumed = 0
-        for match in _EOL.finditer(buffer, scan_from):
-            self._process_line(bytes(buffer[consumed : match.start()]), out)
-            consumed = match.end()
-            if consumed == len(buffer) and match.group() == b"\r":
-                self._after_cr = True
-        del buffer[:consumed]
-        return out
-
-    def flush(self) -> list[SSEEvent | SSEComment]:
-        """Signal the end of the stream; return what an unterminated last line completes.
-
-        An event whose closing blank line never came is still dispatched when its payload
-        parses (some servers omit it after `[DONE]`); a payload cut short raises
-        `UpstreamProtocolError`.
-        """
-        out: list[SSEEvent | SSEComment] = []
-        if self._line:
-            self._process_line(bytes(self._line), out)
-            self._line.clear()
-        self._after_cr = False
-        self._dispatch(out, at_end=True)
-        return out
-
-    def _process_line(self, raw: bytes, out: list[SSEEvent | SSEComment]) -> None:
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise _sent(f"an SSE line that is not UTF-8 ({exc.reason}): {_excerpt(raw)}") from exc
-        if not line:
-            self._dispatch(out, at_end=False)
-            return
-        if line.startswith(":"):
-            out.append(SSEComment(line[1:].removeprefix(" ")))
-            return
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "data":
-            self._data.append(value)
-        elif name == "event":
-            self._event = value
-        elif name == "id" and "\0" not in value:
-            self._id = value
-        elif name == "retry" and value.isascii() and value.isdigit():
-            self._retry = int(value)
-        # the SSE standard says to ignore any other field
-
-    def _dispatch(self, out: list[SSEEvent | SSEComment], *, at_end: bool) -> None:
-        if self._data:
-            data = "\n".join(self._data)
-            payload = _parse_payload(data, at_end=at_end)
-            out.append(SSEEvent(data, payload, self._event, self._id, self._retry))
-        self._data, self._event, self._retry = [], None, None
-
-
-def _parse_payload(data: str, *, at_end: bool) -> dict[str, Any] | None:
-    if data == "[DONE]":
-        return None
-    where = "in an event the stream ended inside" if at_end else "in an SSE data payload"
-    try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise _sent(f"invalid JSON {where} ({exc}): {_excerpt(data)}") from exc
-    if not isinstance(value, dict):
-        raise _sent(f"a JSON {type(value).__name__} {where}, expected an object: {_excerpt(data)}")
-    return value
-
-
-def encode_event(data: bytes | dict[str, Any]) -> bytes:
-    """Render one SSE event carrying `data` (a dict is written as compact JSON).
-
-    Line breaks inside `data` become separate `data:` lines, so any bytes round-trip.
-    """
-    body = data if isinstance(data, bytes) else orjson.dumps(data)
-    if b"\n" not in body and b"\r" not in body:
-        return b"data: " + body + b"\n\n"
-    return b"".join(b"data: " + line + b"\n" for line in _EOL.split(body)) + b"\n"
-
-
-def encode_comment(text: str) -> bytes:
-    """Render an SSE comment (`: text`), one comment line per line of `text`; clients ignore it."""
-    return b"".join(b": " + line.encode() + b"\n" for line in _TEXT_EOL.split(text)) + b"\n"
-
-
-def completion_chunks(
-    completion: Mapping[str, Any], *, fragment: int | None = None, include_usage: bool = False
-) -> list[Chunk]:
-    """The chunks a server streams for a non-streamed `chat.completion`, in vLLM's shape.
-
-    Per choice, one after another: a delta with `role` (and any other message field such as
-    `refusal`; vLLM adds `"content": ""`, left out so that a null content stays null), the content in pieces of `fragment` characters (whole when None), each tool
-    call's `index`, `id`, `type` and name, then its arguments in pieces, then an empty delta with
-    the finish (and `logprobs` and the choice's other fields). Every chunk carries the
-    completion's top-level fields; with `include_usage`, a last chunk has no choices and the
-    usage. The OpenAI SDK accumulates the chunks to the completion's messages.
-    """
-    envelope = {k: v for k, v in completion.items() if k not in ("choices", "usage", "object")} | {
-        "object": "chat.completion.chunk"
-    }
-    chunks: list[Chunk] = []
-
-    def add(index: int, delta: dict[str, Any], **fields: Any) -> None:
-        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
-        chunks.append({**envelope, "choices": [choice | fields]})
-
-    for choice in completion.get("choices") or []:
-        index, message = choice["index"], choice.get("message") or {}
-        rest = {k: v for k, v in message.items() if k not in ("role", "content", "tool_calls")}
-        add(index, {"role": message.get("role") or "assistant"} | rest)
-        for piece in _pieces(message.get("content") or "", fragment):
-            add(index, {"content": piece})
-        for position, call in enumerate(message.get("tool_calls") or []):
-            call = _tool_call(call)
-            function = call["function"]
-            head = {"index": position, "id": call["id"], "type": call["type"]}
-            named = {"name": function["name"]} | (
-                {} if function["arguments"] else {"arguments": ""}
-            )
-            add(index, {"tool_calls": [head | {"function": named}]})
-            for piece in _pieces(function["arguments"], fragment):
-                add(index, {"tool_calls": [{"index": position, "function": {"arguments": piece}}]})
-        others = {k: v for k, v in choice.items() if k not in ("index", "message")}
-        add(index, {}, **others)
-    if include_usage and completion.get("usage") is not None:
-        chunks.append({**envelope, "choices": [], "usage": completion["usage"]})
-    return chunks
-
-
-def _pieces(text: str, size: int | None) -> list[str]:
-    if not size:
-        return [text] if text else []
-    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +64,7 @@ class _Choice:
 
     def assembled(self) -> dict[str, Any]:
         return self.message(
-            self.content, [_tool_call(c) for _, c in sorted(self.tool_calls.items())]
+            self.content, [full_tool_call(c) for _, c in sorted(self.tool_calls.items())]
         )
 
 
@@ -309,7 +99,7 @@ class ChunkAssembler:
         _raise_if_error(chunk)
         choices, usage = chunk.get("choices"), chunk.get("usage")
         if not isinstance(choices, list) or not isinstance(usage, dict | None):
-            raise _sent(f"a chunk that is not a chat-completion chunk: {_excerpt(str(chunk))}")
+            raise _sent(f"a chunk that is not a chat-completion chunk: {excerpt(str(chunk))}")
         if self._envelope is None:
             self._envelope = {k: v for k, v in chunk.items() if k not in ("choices", "usage")}
         out = {k: v for k, v in chunk.items() if k != "choices"}
@@ -358,7 +148,7 @@ class ChunkAssembler:
         if isinstance(content, str) and content.startswith(state.sent) and content != state.sent:
             deltas.append({"content": content[len(state.sent) :]})
             state.sent = content
-        calls = [_tool_call(call) for call in message.get("tool_calls") or []]
+        calls = [full_tool_call(call) for call in message.get("tool_calls") or []]
         deltas += [{"tool_calls": [{"index": i, **call}]} for i, call in enumerate(calls)]
         chunks = [self._synthesise(index, delta) for delta in deltas]
         chunks.append(self._synthesise(index, {}, reason, state.finish_fields))
@@ -413,7 +203,7 @@ class ChunkAssembler:
         state = self._choices.setdefault(index, _Choice())
         delta, logprobs = raw.get("delta") or {}, raw.get("logprobs")
         if state.finish_reason is not None or not isinstance(delta, dict):
-            raise _sent(f"an invalid or late delta for choice {index}: {_excerpt(str(raw))}")
+            raise _sent(f"an invalid or late delta for choice {index}: {excerpt(str(raw))}")
         forwarded: dict[str, Any] = {}
         for key, value in delta.items():
             if key == "tool_calls" and value is not None:
@@ -485,7 +275,7 @@ def _raise_if_error(chunk: Mapping[str, Any]) -> None:
 
 def _choice_index(raw: object) -> int:
     if not isinstance(raw, dict) or type(raw.get("index")) is not int:
-        raise _sent(f"a choice without an integer `index`: {_excerpt(str(raw))}")
+        raise _sent(f"a choice without an integer `index`: {excerpt(str(raw))}")
     return int(raw["index"])
 
 
@@ -493,7 +283,7 @@ def _absorb_tool_calls(state: _Choice, value: object, index: int) -> None:
     for entry in value if isinstance(value, list) else [None]:
         if not isinstance(entry, dict) or type(entry.get("index")) is not int:
             raise _sent(f"a tool-call delta without an integer `index` for choice {index}")
-        call = state.tool_calls.setdefault(entry["index"], _tool_call({}))
+        call = state.tool_calls.setdefault(entry["index"], full_tool_call({}))
         call["id"] = call["id"] or entry.get("id")  # some servers repeat the id on every delta
         call["type"] = entry.get("type") or call["type"]
         function = entry.get("function") or {}
@@ -504,7 +294,7 @@ def _absorb_tool_calls(state: _Choice, value: object, index: int) -> None:
             call["function"][key] += fragment or ""
 
 
-def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
+def full_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
     """A tool call in the shape of a non-streamed message's, whatever the input leaves out."""
     function = call.get("function") or {}
     name, arguments = function.get("name") or "", function.get("arguments") or ""

@@ -6,7 +6,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from proxy.answers import Answer, Finish, Usage
+from proxy.protocols.answer import Answer, Finish, Usage
 from proxy.testing import call, thinking
 
 json_values = st.recursive(

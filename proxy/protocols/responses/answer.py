@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from proxy.answers import DEFAULT_FRAGMENT, Answer, Call, Finish, Thinking, Usage, pieces
+from proxy.protocols.answer import DEFAULT_FRAGMENT, Answer, Call, Finish, Thinking, Usage, pieces
 
 _ECHOED: Final[
     tuple[tuple[str, Any], ...]
@@ -143,22 +143,24 @@ def events(
     Text and arguments go out in deltas of `fragment` characters (whole when None).
     """
     started = _envelope(answer, request, status="in_progress", items=[], usage=None)
+    completed = body(answer, request, streamed=True)
+    return numbered(stream(started, completed, fragment))
+
+
+def stream(
+    started: Mapping[str, Any], completed: Mapping[str, Any], fragment: int | None
+) -> list[Event]:
+    """The events that stream the response `completed` whole (without sequence numbers):
+    `response.created` and `response.in_progress` carrying `started`, each output item's events
+    (`item_events`), then `response.completed`."""
     out: list[Event] = [
         {"type": "response.created", "response": started},
         {"type": "response.in_progress", "response": started},
     ]
-    index = 0
-    for position, thinking in enumerate(answer.thinking):
-        out += reasoning_events(thinking, _reasoning_id(answer, position), index, fragment)
-        index += 1
-    if answer.text:
-        out += message_events(answer.text, _message_id(answer), index, fragment)
-        index += 1
-    for position, call in enumerate(answer.calls):
-        out += function_call_events(call, _call_id(answer, position), index, fragment)
-        index += 1
-    out.append({"type": "response.completed", "response": body(answer, request, streamed=True)})
-    return numbered(out)
+    for index, item in enumerate(completed.get("output") or []):
+        out += item_events(item, index, fragment)
+    out.append({"type": "response.completed", "response": completed})
+    return out
 
 
 def numbered(stream: list[Event], start: int = 0) -> list[Event]:
@@ -166,77 +168,86 @@ def numbered(stream: list[Event], start: int = 0) -> list[Event]:
     return [{**event, "sequence_number": start + i} for i, event in enumerate(stream)]
 
 
-def message_events(
-    text: str, item_id: str, output_index: int, fragment: int | None = DEFAULT_FRAGMENT
-) -> list[Event]:
-    """A message item's events: added, its part added, text deltas, text done, part done,
-    item done (without sequence numbers)."""
-    at = {"output_index": output_index, "item_id": item_id, "content_index": 0}
-    out: list[Event] = [
-        _item("added", output_index, message_item(text, item_id, status="in_progress")),
-        {"type": "response.content_part.added", **at, "part": _text_part("", logprobs=[])},
-    ]
-    out += [
-        {"type": "response.output_text.delta", **at, "delta": piece, "logprobs": []}
-        for piece in pieces(text, fragment)
-    ]
-    out += [
-        {"type": "response.output_text.done", **at, "text": text, "logprobs": []},
-        {"type": "response.content_part.done", **at, "part": _text_part(text, logprobs=None)},
-        _item("done", output_index, message_item(text, item_id)),
-    ]
-    return out
+def item_events(item: Mapping[str, Any], output_index: int, fragment: int | None) -> list[Event]:
+    """The events that stream one finished output item at `output_index` (without sequence
+    numbers): `output_item.added` (the item in progress), its content's events in deltas of
+    `fragment` characters (whole when None), `output_item.done` (the item as it is).
+
+    A `message` streams each `output_text` part, a `function_call` its arguments, a `reasoning`
+    item its `reasoning_text` parts (an encrypted one is added and done whole); any other item
+    is added and done whole.
+    """
+    kind = item.get("type")
+    if kind == "function_call":
+        opened = {**item, "arguments": "", "status": "in_progress"}
+        inner = _arguments_events(item, output_index, fragment)
+    elif kind == "message":
+        opened = {**item, "content": [], "status": "in_progress"}
+        inner = _parts_events(item, output_index, fragment, "output_text")
+    elif kind == "reasoning":
+        opened = {k: v for k, v in item.items() if k != "content"} | {"status": "in_progress"}
+        inner = _parts_events(item, output_index, fragment, "reasoning_text")
+    else:
+        opened, inner = dict(item), []
+    return [_item("added", output_index, opened), *inner, _item("done", output_index, dict(item))]
 
 
-def function_call_events(
-    call: Call, item_id: str, output_index: int, fragment: int | None = DEFAULT_FRAGMENT
+def _arguments_events(
+    item: Mapping[str, Any], output_index: int, fragment: int | None
 ) -> list[Event]:
-    """A function_call item's events: added, argument deltas, arguments done, item done
-    (without sequence numbers)."""
-    at = {"output_index": output_index, "item_id": item_id}
+    at = {"output_index": output_index, "item_id": item.get("id")}
+    arguments = item.get("arguments") or ""
     out: list[Event] = [
-        _item("added", output_index, function_call_item(call, item_id, status="in_progress"))
-    ]
-    out += [
         {"type": "response.function_call_arguments.delta", **at, "delta": piece}
-        for piece in pieces(call.arguments, fragment)
+        for piece in pieces(arguments, fragment)
     ]
-    out += [
+    out.append(
         {
             "type": "response.function_call_arguments.done",
             **at,
-            "arguments": call.arguments,
-            "name": call.name,
-        },
-        _item("done", output_index, function_call_item(call, item_id)),
-    ]
+            "arguments": arguments,
+            "name": item.get("name"),
+        }
+    )
     return out
 
 
-def reasoning_events(
-    thinking: Thinking, item_id: str, output_index: int, fragment: int | None = DEFAULT_FRAGMENT
+def _parts_events(
+    item: Mapping[str, Any], output_index: int, fragment: int | None, streamed: str
 ) -> list[Event]:
-    """A reasoning item's events (a redacted one is added and done whole)."""
-    added = _item("added", output_index, reasoning_item(thinking, item_id, status="in_progress"))
-    done = _item("done", output_index, reasoning_item(thinking, item_id, status="completed"))
-    if thinking.redacted:
-        return [added, done]
-    at = {"output_index": output_index, "item_id": item_id, "content_index": 0}
-    part = {"type": "reasoning_text", "text": thinking.text}
-    out: list[Event] = [
-        added,
-        {"type": "response.content_part.added", **at, "part": {**part, "text": ""}},
-    ]
-    out += [
-        {"type": "response.reasoning_text.delta", **at, "delta": piece}
-        for piece in pieces(thinking.text, fragment)
-    ]
-    out += [
-        {"type": "response.reasoning_text.done", **at, "text": thinking.text},
-        {"type": "response.content_part.done", **at, "part": part},
-        done,
-    ]
+    """The events of an item's content parts: each added empty, its text in deltas when it is
+    of the `streamed` kind, done."""
+    out: list[Event] = []
+    text_event = "response.output_text" if streamed == "output_text" else "response.reasoning_text"
+    # Text events of a message carry `logprobs` (none here); a reasoning item's do not.
+    logprobs: dict[str, Any] = {"logprobs": []} if streamed == "output_text" else {}
+    for position, part in enumerate(item.get("content") or []):
+        at = {"output_index": output_index, "item_id": item.get("id"), "content_index": position}
+        if not isinstance(part, dict) or part.get("type") != streamed:
+            out += [
+                {"type": "response.content_part.added", **at, "part": part},
+                {"type": "response.content_part.done", **at, "part": part},
+            ]
+            continue
+        text = part.get("text") or ""
+        out.append({"type": "response.content_part.added", **at, "part": _empty(part)})
+        out += [
+            {"type": f"{text_event}.delta", **at, "delta": piece, **logprobs}
+            for piece in pieces(text, fragment)
+        ]
+        out += [
+            {"type": f"{text_event}.done", **at, "text": text, **logprobs},
+            {"type": "response.content_part.done", **at, "part": part},
+        ]
     return out
+
+
+def _empty(part: Mapping[str, Any]) -> dict[str, Any]:
+    """A text part as it is added, before its text: an `output_text` part carries `logprobs: []`
+    while it streams, as vLLM writes it."""
+    if part.get("type") == "output_text":
+        return {**part, "text": "", "logprobs": []}
+    return {**part, "text": ""}
 
 
 def error_event(message: str, code: str = "server_error", sequence_number: int = 0) -> Event:
@@ -276,7 +287,7 @@ def _envelope(
     return {**out, **answer.extra}
 
 
-def _item(stage: str, output_index: int, item: dict[str, Any]) -> Event:
+def _item(stage: str, output_index: int, item: Mapping[str, Any]) -> Event:
     return {"type": f"response.output_item.{stage}", "output_index": output_index, "item": item}
 
 

@@ -1,9 +1,9 @@
-"""Parse chat-completions request bodies, reusing the tools an agent resends byte for byte.
+"""Parse the JSON body of every turn route, reusing the tools an agent resends byte for byte.
 
 An agent sends the same `tools` on every turn: 6.4 kB of the 7.2 kB benchmark body are the
 retail tools' schemas. Parsing them into Python objects, freeing them again and keying the
 compiled validators by their JSON was the largest part of the proxy's own CPU per request.
-`ChatBodyParser` remembers the bytes of each tool list it has seen compile; when a body holds the
+`BodyParser` remembers the bytes of each tool list it has seen compile; when a body holds the
 same bytes as the value of its top-level `"tools"` key, only the rest of the body is parsed, and
 the remembered list and its compiled index are used.
 
@@ -110,7 +110,7 @@ class _Resent:
 _Splice = tuple[int, int, _Resent, _Entry]
 
 
-class ChatBodyParser:
+class BodyParser:
     """Parses request bodies (`parse`); remembers up to `max_entries` tool lists, least recently
     used forgotten first. One per route: its entries are compiled by `compile` (a protocol's
     `compile_tools`; chat's form under `limits` by default). `resent`: other top-level keys

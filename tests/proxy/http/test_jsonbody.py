@@ -6,9 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.chatbody import MAX_CANDIDATES, PREFIX_BYTES, ChatBodyParser
 from proxy.errors import BadRequestError
 from proxy.guard.toolcheck import GuardLimits, compile_tools
+from proxy.http.jsonbody import MAX_CANDIDATES, PREFIX_BYTES, BodyParser
 from tests.proxy.builders import RETAIL_TOOLS, make_request, make_tool
 
 OTHER_TOOLS = [
@@ -34,9 +34,9 @@ def dumps(body: Any, style: str = "sdk") -> bytes:
 
 def seen(
     *tool_lists: list[dict[str, Any]], styles: tuple[str, ...] = ("sdk",), **kwargs: Any
-) -> ChatBodyParser:
+) -> BodyParser:
     """A parser that has already served one request with each tool list, in each style."""
-    parser = ChatBodyParser(**kwargs)
+    parser = BodyParser(**kwargs)
     for style in styles:
         for tools in tool_lists:
             parser.parse(dumps(make_request(tools=tools), style))
@@ -46,7 +46,7 @@ def seen(
 def test_the_first_sight_of_tools_is_a_full_parse_and_the_next_reuses_their_parse_and_index() -> (
     None
 ):
-    parser = ChatBodyParser()
+    parser = BodyParser()
     raw = dumps(make_request())
 
     first = parser.parse(raw)
@@ -61,7 +61,7 @@ def test_the_first_sight_of_tools_is_a_full_parse_and_the_next_reuses_their_pars
 
 @pytest.mark.parametrize("style", ["sdk", "spaced", "indented"])
 def test_tools_are_recognised_however_the_client_formats_its_json(style: str) -> None:
-    parser = ChatBodyParser()
+    parser = BodyParser()
     parser.parse(dumps(make_request(), style))
 
     again = parser.parse(dumps(make_request("next turn"), style))
@@ -74,7 +74,7 @@ def test_non_ascii_text_before_and_inside_the_tools_keeps_the_byte_offsets_right
     tools = [
         make_tool("réserver_vol", {"ville": {"type": "string", "description": "Zürich → 東京"}})
     ]
-    parser = ChatBodyParser()
+    parser = BodyParser()
     parser.parse(dumps(make_request("Ça va? 東京へ", tools=tools)))
 
     again = parser.parse(dumps(make_request("Encore 🚀", tools=tools)))
@@ -167,7 +167,7 @@ def test_a_body_that_is_not_json_or_not_an_object_is_a_bad_request_even_with_kno
 
 
 def test_tools_that_do_not_compile_are_not_remembered_and_parse_as_sent() -> None:
-    parser = ChatBodyParser()
+    parser = BodyParser()
     bad = [make_tool("same"), make_tool("same", {"x": {"type": "string"}})]
 
     for _ in range(2):
@@ -178,7 +178,7 @@ def test_tools_that_do_not_compile_are_not_remembered_and_parse_as_sent() -> Non
 
 
 def test_tools_over_the_guard_limits_are_not_remembered() -> None:
-    parser = ChatBodyParser(GuardLimits(max_tools=2))
+    parser = BodyParser(GuardLimits(max_tools=2))
 
     parser.parse(dumps(make_request()))
 
@@ -186,7 +186,7 @@ def test_tools_over_the_guard_limits_are_not_remembered() -> None:
 
 
 def test_short_tool_lists_are_not_worth_remembering() -> None:
-    parser = ChatBodyParser()
+    parser = BodyParser()
     tiny = [{"type": "function", "function": {"name": "f"}}]
 
     parser.parse(dumps(make_request(tools=tiny)))
@@ -301,7 +301,7 @@ def messages_body(text: str = "List files.", **fields: Any) -> dict[str, Any]:
 
 
 def test_a_resent_system_is_parsed_once_and_shared_beside_the_known_tools() -> None:
-    parser = ChatBodyParser(resent=("system",))
+    parser = BodyParser(resent=("system",))
     first = parser.parse(dumps(messages_body()))
     second = parser.parse(dumps(messages_body("And now?")))
     third = parser.parse(dumps(messages_body("Once more.", system=OTHER_SYSTEM)))
@@ -321,7 +321,7 @@ def test_a_resent_system_is_parsed_once_and_shared_beside_the_known_tools() -> N
 
 
 def test_a_system_is_remembered_only_on_a_route_that_names_it() -> None:
-    parser = ChatBodyParser()
+    parser = BodyParser()
     first = parser.parse(dumps(messages_body()))
     second = parser.parse(dumps(messages_body()))
 
@@ -330,7 +330,7 @@ def test_a_system_is_remembered_only_on_a_route_that_names_it() -> None:
 
 
 def test_a_nested_copy_of_a_known_system_before_the_real_one_does_not_fool_it() -> None:
-    parser = ChatBodyParser(resent=("system",))
+    parser = BodyParser(resent=("system",))
     parser.parse(dumps(messages_body()))
     body = messages_body(system=OTHER_SYSTEM)
     body["messages"].insert(0, {"role": "user", "content": "x", "system": SYSTEM})
@@ -358,7 +358,7 @@ def test_a_nested_copy_of_a_known_system_before_the_real_one_does_not_fool_it() 
 def test_whatever_the_body_with_a_resent_system_the_parse_equals_a_full_parse(
     messages: list[Any], tools: Any, system: Any, order: list[str], style: str
 ) -> None:
-    parser = ChatBodyParser(resent=("system",))
+    parser = BodyParser(resent=("system",))
     for known in (SYSTEM, OTHER_SYSTEM):
         for tool_list in TOOL_LISTS:
             for seen_style in ("sdk", "spaced", "indented"):

@@ -1,9 +1,9 @@
-"""A protocol-neutral assistant answer, and how each wire protocol writes it: pure, no I/O.
+"""A protocol-neutral assistant answer, which each wire protocol writes: pure, no I/O.
 
 What a model says is decided once, as an `Answer` (text, tool calls, thinking, a finish, usage),
-and written in the shapes vLLM serves by `proxy.answers.chat` (Chat Completions),
-`proxy.answers.responses` (Responses) and `proxy.answers.messages` (Anthropic Messages), plain
-or as stream events. The scripted test upstream (`proxy.testing`) and evalkit's simulated upstream
+and written in the shapes vLLM serves by `proxy.protocols.chat.answer` (Chat Completions),
+`proxy.protocols.responses.answer` (Responses) and `proxy.protocols.messages.answer` (Anthropic
+Messages), plain or as stream events. The scripted test upstream (`proxy.testing`) and evalkit's simulated upstream
 both render through here, so neither respells a protocol. An answer may be wrong on purpose —
 arguments that are not JSON, a call cut off by the token limit — and is written as it is.
 """
@@ -12,26 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Final
 
 import orjson
 
-
-class Finish(StrEnum):
-    """Why an answer ended, in Chat Completions' words (each protocol maps it to its own)."""
-
-    STOP = "stop"
-    TOOL_CALLS = "tool_calls"
-    LENGTH = "length"  # the token limit: Responses `max_output_tokens`, Messages `max_tokens`
-
-
-class API(StrEnum):
-    """The wire protocols, by the name the metrics and `evalkit replay --api` use."""
-
-    CHAT = "chat"
-    RESPONSES = "responses"
-    MESSAGES = "messages"
+from proxy.protocols.base import Finish
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,18 +102,7 @@ def parsed_arguments(call: Call) -> Any:
         return call.arguments
 
 
-def sse_event(data: Mapping[str, Any], name: str | None = None) -> bytes:
-    """One server-sent event: `event: <name>` (default: the data's `type`) and its JSON data.
-
-    Responses and Messages streams name every event after its `type`, as vLLM writes them.
-    """
-    event = name if name is not None else data.get("type")
-    head = b"event: " + str(event).encode() + b"\n" if event else b""
-    return head + b"data: " + orjson.dumps(data) + b"\n\n"
-
-
 __all__ = [
-    "API",
     "DEFAULT_FRAGMENT",
     "Answer",
     "Call",
@@ -137,5 +111,4 @@ __all__ = [
     "Usage",
     "parsed_arguments",
     "pieces",
-    "sse_event",
 ]

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.answers import Answer
+from proxy.protocols.answer import Answer
 from proxy.testing import SSE, ScriptedUpstream
-from tests.proxy.answers import test_messages as messages
-from tests.proxy.answers import test_responses as responses
-from tests.proxy.answers.strategies import answers, fragments, json_objects
+from tests.proxy.protocols.messages import test_answer as messages
+from tests.proxy.protocols.responses import test_answer as responses
+from tests.proxy.protocols.strategies import answers, fragments, json_objects
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ import httpx
 import orjson
 import pytest
 
-from proxy.answers import Answer, Usage
-from proxy.answers import messages as wire
+from proxy.protocols.answer import Answer, Usage
+from proxy.protocols.messages import answer as wire
 from proxy.testing import SSE, Fault, ScriptedUpstream, answer, call, thinking
 
 TOOLS: list[Any] = [

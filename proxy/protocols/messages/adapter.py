@@ -27,10 +27,8 @@ from typing import Any, Final
 
 import orjson
 
-from proxy.answers import Answer, Call, Usage, sse_event
-from proxy.answers import messages as wire
+import proxy.protocols.messages.answer as wire
 from proxy.errors import (
-    BadRequestError,
     ToolsentryError,
     UpstreamProtocolError,
     UpstreamStatusError,
@@ -39,17 +37,29 @@ from proxy.errors import (
 from proxy.guard.channels import Violation
 from proxy.guard.repair import corrective_messages
 from proxy.guard.toolcheck import ToolIndex
-from proxy.protocols.base import Adapter, Choice, Message, Reply, Settled, ToolResult, TurnView
+from proxy.protocols.answer import Answer, Call, Usage
+from proxy.protocols.base import (
+    API,
+    Adapter,
+    Choice,
+    Finish,
+    Message,
+    Reply,
+    Settled,
+    ToolResult,
+    TurnView,
+)
+from proxy.protocols.messages.tools import chat_tools, tool_choice
 from proxy.session.budget import SessionHints, content_text
-from proxy.streaming import SSEEvent
+from proxy.sse import SSEEvent, encode_event, encode_typed_event
 from proxy.usage import sum_usage
 
 THINKING_KEY: Final = "thinking_blocks"
 """Where a read message keeps the answer's thinking blocks (the guard ignores it)."""
 
 _NOT_REASKED: Final = frozenset({"stream"})
-_STOP_REASONS: Final = {"max_tokens": "length", "tool_use": "tool_calls"}
-_FINISHES: Final = {"length": "max_tokens", "tool_calls": "tool_use"}
+_STOP_REASONS: Final = {"max_tokens": Finish.LENGTH, "tool_use": Finish.TOOL_CALLS}
+_FINISHES: Final[dict[str, str]] = {Finish.LENGTH: "max_tokens", Finish.TOOL_CALLS: "tool_use"}
 _THINKING: Final = frozenset({"thinking", "redacted_thinking"})
 # Anthropic's names for the proxy's generic error types (its own, such as
 # error_budget_exhausted, are kept: they say what happened).
@@ -66,7 +76,7 @@ _GET: Final[Callable[[Any, str], Any]] = dict.get
 class MessagesProtocol(Adapter):
     """The Anthropic Messages adapter (see `proxy.protocols.base.WireProtocol`)."""
 
-    api = "messages"
+    api = API.MESSAGES
     path = "messages"
     resent: tuple[str, ...] = ("system",)  # Claude Code's system blocks, 7 kB
 
@@ -121,7 +131,7 @@ class MessagesProtocol(Adapter):
     def finish_stream(self, answer: dict[str, Any], body: dict[str, Any]) -> tuple[bytes, bytes]:
         text = "".join(b.get("text", "") for b in answer.get("content") or [])
         *events, stop = wire.events(closing_answer(body, text, answer_id=answer["id"][4:]))
-        return b"".join(sse_event(e) for e in events), sse_event(stop)
+        return b"".join(encode_typed_event(e) for e in events), encode_typed_event(stop)
 
     def error(self, error: ToolsentryError) -> dict[str, Any]:
         return error_body(error)
@@ -156,44 +166,6 @@ def closing_answer(body: Mapping[str, Any], text: str, *, answer_id: str | None 
 
 
 # -- the request ---------------------------------------------------------------------------------
-
-
-def chat_tools(tools: Sequence[Any]) -> list[Any]:
-    """Messages tools in the chat form the guard compiles. Server tools (a `type` such as
-    `web_search_20250305`, `bash_20250124`) are answered by the server, never called as
-    `tool_use`, and left out; a custom tool (`type` absent or `custom`) needs a `name`.
-
-    Raises BadRequestError(param="tools") for a tool that is not an object or has no name.
-    """
-    out: list[Any] = []
-    for position, tool in enumerate(tools):
-        if not isinstance(tool, dict):
-            raise BadRequestError(f"tools[{position}] must be an object", param="tools")
-        if tool.get("type") not in (None, "custom"):
-            continue
-        name = tool.get("name")
-        if not isinstance(name, str) or not name:
-            raise BadRequestError(f"tools[{position}] needs a 'name'", param="tools")
-        function: dict[str, Any] = {"name": name, "parameters": tool.get("input_schema") or {}}
-        if isinstance(tool.get("description"), str):
-            function["description"] = tool["description"]
-        out.append({"type": "function", "function": function})
-    return out
-
-
-def tool_choice(choice: object) -> object:
-    """Messages' `tool_choice` in the guard's chat form: `auto`, `any` → `required`, `none`,
-    `{"type": "tool", "name": N}` → the named form. Anything else is left to the upstream."""
-    if not isinstance(choice, dict):
-        return None
-    kind = choice.get("type")
-    if kind == "any":
-        return "required"
-    if kind == "tool" and isinstance(choice.get("name"), str):
-        return {"type": "function", "function": {"name": choice["name"]}}
-    if kind in ("auto", "none"):
-        return kind
-    return None
 
 
 def session_hints(body: Mapping[str, Any]) -> SessionHints:
@@ -377,7 +349,7 @@ def content_blocks(message: Message) -> list[dict[str, Any]]:
 def finish_of(stop_reason: object) -> str:
     """A `stop_reason` as the guard's finish."""
     key = stop_reason if type(stop_reason) is str else str(stop_reason)  # str() only when needed
-    return _STOP_REASONS.get(key, "stop")
+    return _STOP_REASONS.get(key, Finish.STOP)
 
 
 def stop_reason_of(finish: str | None, upstream: object = None) -> str:
@@ -481,11 +453,11 @@ class MessagesAssembly:
             raise _stream_error(data)
         if kind == "message_start":
             self._started = True
-            return [sse_event(data)]
+            return [encode_typed_event(data)]
         if not self._started:
             raise UpstreamProtocolError(f"upstream sent {kind!r} before message_start")
         if kind == "ping":
-            return [sse_event(data)]
+            return [encode_typed_event(data)]
         if kind == "content_block_start":
             return self._start(data)
         if kind in ("content_block_delta", "content_block_stop"):
@@ -496,7 +468,9 @@ class MessagesAssembly:
         if kind == "message_stop":
             self.done = True
             return []
-        return [sse_event(data)]  # an event type of a newer API version: the client decides
+        return [
+            encode_typed_event(data)
+        ]  # an event type of a newer API version: the client decides
 
     def _start(self, data: dict[str, Any]) -> list[bytes]:
         upstream, block = data.get("index"), data.get("content_block")
@@ -546,8 +520,8 @@ class MessagesAssembly:
             index = self._passed[upstream] = self._next_index
             self._next_index += 1
         if index == upstream and type(upstream) is int:  # the usual case: the event as it came
-            return sse_event(data)
-        return sse_event({**data, "index": index})
+            return encode_typed_event(data)
+        return encode_typed_event({**data, "index": index})
 
     def take_finished(self) -> list[Choice]:
         if not self._finished or self._taken:
@@ -575,7 +549,8 @@ class MessagesAssembly:
         sent = "".join(self._text)
         if isinstance(content, str) and content.startswith(sent) and content != sent:
             out += [
-                sse_event(e) for e in wire.text_events(content[len(sent) :], self._next_index, None)
+                encode_typed_event(e)
+                for e in wire.text_events(content[len(sent) :], self._next_index, None)
             ]
             self._next_index += 1
         for call in settled.message.get("tool_calls") or []:
@@ -585,7 +560,7 @@ class MessagesAssembly:
                 self._next_index,
                 None,
             )
-            out += [sse_event(e) for e in events]
+            out += [encode_typed_event(e) for e in events]
             self._next_index += 1
         delta = dict(self._delta or {"type": "message_delta", "delta": {}})
         inner = dict(delta.get("delta") or {})
@@ -593,16 +568,16 @@ class MessagesAssembly:
         delta["delta"] = inner
         if settled.usage:
             delta["usage"] = sum_usage([delta.get("usage") or {}, *settled.usage])
-        out.append(sse_event(delta))
+        out.append(encode_typed_event(delta))
         return out
 
     def end(self) -> bytes:
         if not self._released:
             raise UpstreamProtocolError("upstream stream ended before its message_delta")
-        return sse_event({"type": "message_stop"})
+        return encode_typed_event({"type": "message_stop"})
 
     def error_event(self, error: ToolsentryError) -> bytes:
-        return sse_event(error_body(error), "error")
+        return encode_event(error_body(error), "error")
 
 
 def _call(call_id: object, name: object, arguments: object) -> Call:

@@ -10,15 +10,14 @@ import pytest
 
 from proxy.errors import BadRequestError, UpstreamProtocolError
 from proxy.guard.toolcheck import validate
-from proxy.protocols.responses import (
+from proxy.protocols.responses.adapter import (
     ITEMS,
     ResponsesProtocol,
     guard_message,
-    guard_tool_choice,
-    guard_tools,
     output_items,
 )
-from proxy.streaming import SSEEvent
+from proxy.protocols.responses.tools import chat_tools, guard_tool_choice
+from proxy.sse import SSEEvent
 
 PROTOCOL = ResponsesProtocol()
 FUNCTION = {"type": "function", "name": "get", "parameters": {"type": "object"}}
@@ -37,7 +36,7 @@ def test_functions_inside_a_namespace_are_known_by_their_namespace_and_name() ->
 
 def test_built_in_tools_are_not_declared_names_and_their_calls_are_never_flagged() -> None:
     tools = [{"type": "web_search"}, {"type": "mcp", "server_label": "x"}]
-    assert guard_tools(tools) == []
+    assert chat_tools(tools) == []
     message = guard_message(
         [{"type": "web_search_call", "id": "ws_1", "status": "completed"}], None
     )

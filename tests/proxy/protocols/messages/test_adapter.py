@@ -9,7 +9,6 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.answers import messages as wire
 from proxy.errors import (
     BadRequestError,
     BudgetExhaustedError,
@@ -20,9 +19,10 @@ from proxy.errors import (
 )
 from proxy.guard.toolcheck import validate
 from proxy.protocols.base import Settled
-from proxy.protocols.messages import THINKING_KEY, MessagesProtocol
+from proxy.protocols.messages import answer as wire
+from proxy.protocols.messages.adapter import THINKING_KEY, MessagesProtocol
 from proxy.session.budget import content_text, fingerprint_of, resolve_session
-from proxy.streaming import SSEDecoder, SSEEvent
+from proxy.sse import SSEDecoder, SSEEvent
 from proxy.testing import answer, call, thinking
 
 PROTOCOL = MessagesProtocol()

@@ -25,8 +25,7 @@ from collections.abc import Mapping, Sequence
 from itertools import repeat
 from typing import Any, Final
 
-import orjson
-
+import proxy.protocols.responses.answer as wire
 from proxy.errors import (
     BadRequestError,
     ToolsentryError,
@@ -36,9 +35,20 @@ from proxy.errors import (
 from proxy.guard.channels import Violation
 from proxy.guard.repair import corrective_messages
 from proxy.guard.toolcheck import ToolIndex
-from proxy.protocols.base import Adapter, Choice, Message, Reply, Settled, ToolResult, TurnView
+from proxy.protocols.base import (
+    API,
+    Adapter,
+    Choice,
+    Finish,
+    Message,
+    Reply,
+    Settled,
+    ToolResult,
+    TurnView,
+)
+from proxy.protocols.responses.tools import call_name, chat_tools, guard_tool_choice
 from proxy.session.budget import SessionHints, content_text
-from proxy.streaming import SSEEvent
+from proxy.sse import SSEEvent, encode_typed_event
 from proxy.usage import sum_usage
 
 ITEMS: Final = "_response_items"
@@ -60,11 +70,11 @@ _REASONING_DELTAS: Final = {
 class ResponsesProtocol(Adapter):
     """The Responses adapter (see `proxy.protocols.base.WireProtocol`)."""
 
-    api = "responses"
+    api = API.RESPONSES
     path = "responses"
 
     def guard_tools(self, tools: list[Any]) -> list[Any]:
-        return guard_tools(tools)
+        return chat_tools(tools)
 
     def view(self, body: dict[str, Any], index: ToolIndex | None) -> TurnView:
         items = input_items(body.get("input"))
@@ -190,13 +200,8 @@ class ResponsesProtocol(Adapter):
     def finish_stream(self, answer: dict[str, Any], body: dict[str, Any]) -> tuple[bytes, bytes]:
         writer = _EventWriter()
         started = {**answer, "status": "in_progress", "output": [], "usage": None}
-        events = [
-            writer.event("response.created", response=started),
-            writer.event("response.in_progress", response=started),
-        ]
-        for position, item in enumerate(answer["output"]):
-            events += writer.item_events(position, item)
-        return b"".join(events), writer.event("response.completed", response=answer)
+        *events, completed = wire.stream(started, answer, None)
+        return b"".join(map(writer.forward, events)), writer.forward(completed)
 
     def error(self, error: ToolsentryError) -> dict[str, Any]:
         return error.body()
@@ -374,133 +379,19 @@ class _EventWriter:
     def __init__(self) -> None:
         self._next = 0
 
-    def forward(self, payload: dict[str, Any]) -> bytes:
-        kind = payload.get("type")
+    def forward(self, payload: Mapping[str, Any]) -> bytes:
         number, self._next = self._next, self._next + 1
-        data = orjson.dumps({**payload, "sequence_number": number})
-        return (
-            (b"event: " + str(kind).encode() + b"\ndata: " + data + b"\n\n")
-            if kind
-            else (b"data: " + data + b"\n\n")
-        )
+        return encode_typed_event({**payload, "sequence_number": number})
 
     def event(self, kind: str, **fields: Any) -> bytes:
         return self.forward({"type": kind, **fields})
 
     def item_events(self, position: int, item: dict[str, Any]) -> list[bytes]:
         """The events that stream one whole item at client position `position`."""
-        kind = item.get("type")
-        if kind == "function_call":
-            arguments = item.get("arguments") or ""
-            opened = {**item, "arguments": "", "status": "in_progress"}
-            return [
-                self.event("response.output_item.added", output_index=position, item=opened),
-                self.event(
-                    "response.function_call_arguments.delta",
-                    item_id=item.get("id"),
-                    output_index=position,
-                    delta=arguments,
-                ),
-                self.event(
-                    "response.function_call_arguments.done",
-                    item_id=item.get("id"),
-                    output_index=position,
-                    arguments=arguments,
-                    name=item.get("name"),
-                ),
-                self.event("response.output_item.done", output_index=position, item=item),
-            ]
-        if kind == "message":
-            opened = {**item, "content": [], "status": "in_progress"}
-            events = [self.event("response.output_item.added", output_index=position, item=opened)]
-            for part_index, part in enumerate(item.get("content") or []):
-                empty = {**part, "text": ""} if part.get("type") == "output_text" else part
-                where = {
-                    "item_id": item.get("id"),
-                    "output_index": position,
-                    "content_index": part_index,
-                }
-                events.append(self.event("response.content_part.added", **where, part=empty))
-                if part.get("type") == "output_text":
-                    text = part.get("text") or ""
-                    events.append(
-                        self.event("response.output_text.delta", **where, delta=text, logprobs=[])
-                    )
-                    events.append(
-                        self.event("response.output_text.done", **where, text=text, logprobs=[])
-                    )
-                events.append(self.event("response.content_part.done", **where, part=part))
-            events.append(self.event("response.output_item.done", output_index=position, item=item))
-            return events
-        return [
-            self.event("response.output_item.added", output_index=position, item=item),
-            self.event("response.output_item.done", output_index=position, item=item),
-        ]
+        return [self.forward(event) for event in wire.item_events(item, position, None)]
 
 
 # -- translation, pure functions ---------------------------------------------------------------
-
-
-def guard_tools(tools: list[Any]) -> list[Any]:
-    """A Responses `tools` list in the chat form the guard compiles: function tools (also those
-    inside a `namespace` tool, named `namespace.name`) with their parameters, custom tools as
-    names without a schema; built-in tools (`web_search`, `mcp`, `file_search`, …) are left out,
-    so a call to one is never flagged. Raises BadRequestError for a tool that is not an object."""
-    out: list[Any] = []
-    for position, tool in enumerate(tools):
-        if not isinstance(tool, dict):
-            raise BadRequestError(f"tools[{position}] must be a tool object", param="tools")
-        kind = tool.get("type", "function")
-        if kind == "namespace":
-            prefix = tool.get("name")
-            members = tool.get("tools")
-            if not isinstance(prefix, str) or not prefix or not isinstance(members, list):
-                raise BadRequestError(
-                    f"tools[{position}]: a namespace tool needs a name and a list of tools",
-                    param="tools",
-                )
-            for member in members:
-                if isinstance(member, dict) and member.get("type", "function") in (
-                    "function",
-                    "custom",
-                ):
-                    out.append(_guard_tool(member, f"{prefix}.{member.get('name')}"))
-        elif kind in ("function", "custom"):
-            out.append(_guard_tool(tool, tool.get("name")))
-    return out
-
-
-def _guard_tool(tool: dict[str, Any], name: object) -> dict[str, Any]:
-    if tool.get("type", "function") == "custom":
-        return {"type": "custom", "custom": {"name": name}}
-    function: dict[str, Any] = {"name": name}
-    if "description" in tool:
-        function["description"] = tool["description"]
-    if tool.get("parameters") is not None:
-        function["parameters"] = tool["parameters"]
-    return {"type": "function", "function": function}
-
-
-def guard_tool_choice(tool_choice: object) -> object:
-    """A Responses `tool_choice` in the chat form the guard reads. A forced built-in tool is not
-    enforced (`auto`)."""
-    if tool_choice in ("auto", "none", "required") or tool_choice is None:
-        return tool_choice
-    if isinstance(tool_choice, dict):
-        kind = tool_choice.get("type")
-        if kind == "function":
-            return {"type": "function", "function": {"name": tool_choice.get("name")}}
-        if kind == "allowed_tools":
-            names = [
-                {"type": "function", "function": {"name": t.get("name")}}
-                for t in tool_choice.get("tools") or []
-                if isinstance(t, dict) and t.get("type") == "function"
-            ]
-            return {
-                "type": "allowed_tools",
-                "allowed_tools": {"mode": tool_choice.get("mode"), "tools": names},
-            }
-    return "auto"
 
 
 def input_items(value: object) -> list[Any]:
@@ -525,14 +416,6 @@ def tool_results(items: list[Any]) -> list[ToolResult]:
         and isinstance(item.get("call_id"), str)
         and item["call_id"]
     ]
-
-
-def call_name(item: Mapping[str, Any]) -> object:
-    """The name the guard knows a call item by: `namespace.name` inside a namespace."""
-    name, namespace = item.get("name"), item.get("namespace")
-    if namespace and isinstance(namespace, str) and isinstance(name, str):
-        return f"{namespace}.{name}"
-    return name
 
 
 def guard_message(
@@ -637,12 +520,12 @@ def finish_of(response: Mapping[str, Any], message: Mapping[str, Any]) -> str:
     if response.get("status") == "incomplete":
         details = response.get("incomplete_details")
         if isinstance(details, dict) and details.get("reason") == "max_output_tokens":
-            return "length"
-    return "tool_calls" if message.get("tool_calls") else "stop"
+            return Finish.LENGTH
+    return Finish.TOOL_CALLS if message.get("tool_calls") else Finish.STOP
 
 
 def _set_status(body: dict[str, Any], finish: str | None) -> None:
-    if finish == "length":
+    if finish == Finish.LENGTH:
         body["status"] = "incomplete"
         body["incomplete_details"] = {"reason": "max_output_tokens"}
     else:

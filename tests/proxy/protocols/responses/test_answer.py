@@ -11,8 +11,8 @@ import openai
 import orjson
 import pytest
 
-from proxy.answers import Answer
-from proxy.answers import responses as wire
+from proxy.protocols.answer import Answer
+from proxy.protocols.responses import answer as wire
 from proxy.testing import SSE, Fault, ScriptedUpstream, answer, call, thinking
 
 TOOLS: list[Any] = [
