@@ -16,7 +16,6 @@ from proxy.protocols.responses.adapter import (
     guard_message,
     output_items,
 )
-from proxy.protocols.responses.tools import chat_tools, guard_tool_choice
 from proxy.sse import SSEEvent
 
 PROTOCOL = ResponsesProtocol()
@@ -29,44 +28,12 @@ def call_item(name: str, call_id: str, arguments: str = "{}", **extra: Any) -> d
             "arguments": arguments, "status": "completed", **extra}  # fmt: skip
 
 
-def test_functions_inside_a_namespace_are_known_by_their_namespace_and_name() -> None:
-    index = PROTOCOL.compile_tools([FUNCTION, NAMESPACE, {"type": "web_search"}])
-    assert index.names == ("get", "crm.find")
-
-
-def test_built_in_tools_are_not_declared_names_and_their_calls_are_never_flagged() -> None:
-    tools = [{"type": "web_search"}, {"type": "mcp", "server_label": "x"}]
-    assert chat_tools(tools) == []
-    message = guard_message(
-        [{"type": "web_search_call", "id": "ws_1", "status": "completed"}], None
-    )
-    index = PROTOCOL.compile_tools([FUNCTION, *tools])
-    assert validate(message, None, "required", index=index) == []
-
-
 def test_a_namespaced_call_is_checked_under_its_namespace() -> None:
     index = PROTOCOL.compile_tools([FUNCTION, NAMESPACE])
     good = guard_message([call_item("find", "c1", namespace="crm")], None)
     flat = guard_message([call_item("find", "c2")], None)
     assert validate(good, None, index=index) == []
     assert [v.channel.value for v in validate(flat, None, index=index)] == ["unknown_tool"]
-
-
-@pytest.mark.parametrize(
-    ("choice", "guard"),
-    [
-        ("auto", "auto"),
-        ("required", "required"),
-        ({"type": "function", "name": "get"}, {"type": "function", "function": {"name": "get"}}),
-        ({"type": "web_search"}, "auto"),
-        (
-            {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "get"}]},
-            {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "get"}}]}},
-        ),
-    ],
-)  # fmt: skip
-def test_tool_choice_is_read_in_the_guards_form(choice: object, guard: object) -> None:
-    assert guard_tool_choice(choice) == guard
 
 
 def test_a_function_call_output_is_a_tool_result_and_a_string_input_is_a_user_message() -> None:

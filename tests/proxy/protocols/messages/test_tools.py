@@ -1,0 +1,39 @@
+"""Tests for proxy/protocols/messages/tools.py: a Messages request's tools and `tool_choice` in the
+guard's chat form."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.errors import BadRequestError
+from proxy.protocols.messages.tools import chat_tools, tool_choice
+from tests.proxy.protocols.messages.test_adapter import TOOLS
+
+
+def test_custom_tools_read_as_functions_and_server_tools_are_left_out() -> None:
+    assert chat_tools([*TOOLS, {"name": "Read", "description": "Read a file", "type": "custom"}]) == [
+        {"type": "function", "function": {"name": "Bash", "parameters": TOOLS[0]["input_schema"]}},
+        {"type": "function", "function": {"name": "Read", "parameters": {}, "description": "Read a file"}},
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("tools", [["Bash"], [{"input_schema": {}}], [{"name": ""}]])
+def test_a_tool_that_is_not_an_object_or_has_no_name_is_refused(tools: list[object]) -> None:
+    with pytest.raises(BadRequestError) as raised:
+        chat_tools(tools)
+    assert raised.value.param == "tools"
+
+
+@pytest.mark.parametrize(
+    ("choice", "guard"),
+    [
+        ({"type": "auto"}, "auto"),
+        ({"type": "none"}, "none"),
+        ({"type": "any"}, "required"),
+        ({"type": "tool", "name": "Bash"}, {"type": "function", "function": {"name": "Bash"}}),
+        ({"type": "tool"}, None),
+        ("auto", None),
+    ],
+)
+def test_tool_choice_is_read_in_the_guards_form(choice: object, guard: object) -> None:
+    assert tool_choice(choice) == guard
