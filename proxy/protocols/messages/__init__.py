@@ -6,6 +6,7 @@ writes a neutral answer as vLLM does (the fakes, the simulator and the adapter u
 `constrain` writes a constrained re-ask; `schema` is the route's request schema.
 """
 
-from proxy.protocols.messages.adapter import MessagesAssembly, MessagesProtocol
+from proxy.protocols.messages.adapter import MessagesProtocol
+from proxy.protocols.messages.stream import MessagesAssembly
 
 __all__ = ["MessagesAssembly", "MessagesProtocol"]

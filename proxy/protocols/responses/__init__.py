@@ -7,6 +7,7 @@ simulator and the adapter use it); `constrain` writes a constrained re-ask; `sch
 route's request schema.
 """
 
-from proxy.protocols.responses.adapter import ResponsesAssembly, ResponsesProtocol
+from proxy.protocols.responses.adapter import ResponsesProtocol
+from proxy.protocols.responses.stream import ResponsesAssembly
 
 __all__ = ["ResponsesAssembly", "ResponsesProtocol"]

@@ -20,7 +20,8 @@ from proxy.errors import (
 from proxy.guard.toolcheck import validate
 from proxy.protocols.base import Settled
 from proxy.protocols.messages import answer as wire
-from proxy.protocols.messages.adapter import THINKING_KEY, MessagesProtocol
+from proxy.protocols.messages.adapter import MessagesProtocol
+from proxy.protocols.messages.reply import THINKING_KEY
 from proxy.session.budget import content_text, fingerprint_of, resolve_session
 from proxy.sse import SSEDecoder, SSEEvent
 from proxy.testing import answer, call, thinking

@@ -10,12 +10,8 @@ import pytest
 
 from proxy.errors import BadRequestError, UpstreamProtocolError
 from proxy.guard.toolcheck import validate
-from proxy.protocols.responses.adapter import (
-    ITEMS,
-    ResponsesProtocol,
-    guard_message,
-    output_items,
-)
+from proxy.protocols.responses.adapter import ResponsesProtocol
+from proxy.protocols.responses.reply import ITEMS, guard_message, output_items
 from proxy.sse import SSEEvent
 
 PROTOCOL = ResponsesProtocol()

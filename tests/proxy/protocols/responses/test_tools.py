@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.guard.toolcheck import validate
-from proxy.protocols.responses.adapter import guard_message
+from proxy.protocols.responses.reply import guard_message
 from proxy.protocols.responses.tools import call_name, chat_tools, guard_tool_choice
 from tests.proxy.protocols.responses.test_adapter import FUNCTION, NAMESPACE, PROTOCOL
 
