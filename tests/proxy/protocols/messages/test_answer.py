@@ -1,6 +1,6 @@
 """Messages rendering, proven with the real anthropic SDK talking directly to the scripted upstream:
 every scripted answer parses and thinking signatures survive (that any stream accumulates to the
-plain message: test_streams.py)."""
+plain message: test_answer_streams.py)."""
 
 from __future__ import annotations
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from proxy.errors import BadRequestError
+from proxy.guard.toolcheck import validate
 from proxy.protocols.messages.tools import chat_tools, tool_choice
-from tests.proxy.protocols.messages.test_adapter import TOOLS
+from tests.proxy.protocols.messages.test_adapter import PROTOCOL, TOOLS, guard_call
 
 
 def test_custom_tools_read_as_functions_and_server_tools_are_left_out() -> None:
@@ -37,3 +38,17 @@ def test_a_tool_that_is_not_an_object_or_has_no_name_is_refused(tools: list[obje
 )
 def test_tool_choice_is_read_in_the_guards_form(choice: object, guard: object) -> None:
     assert tool_choice(choice) == guard
+
+
+def test_server_tools_are_not_declared_functions_and_a_tool_without_a_name_is_refused() -> None:
+    index = PROTOCOL.compile_tools(TOOLS)
+    found = validate(
+        {"role": "assistant", "content": None, "tool_calls": [guard_call("web_search", "{}")]},
+        None,
+        index=index,
+    )
+    assert [v.channel.value for v in found] == [
+        "unknown_tool"
+    ]  # called as a function, it is not one
+    with pytest.raises(BadRequestError, match="needs a 'name'"):
+        PROTOCOL.compile_tools([{"input_schema": {}}])

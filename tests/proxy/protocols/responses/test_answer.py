@@ -1,5 +1,5 @@
 """Responses rendering, proven with the real openai SDK talking directly to the scripted upstream:
-every scripted answer parses (that any stream accumulates to the plain answer: test_streams.py)."""
+every scripted answer parses (that any stream accumulates to the plain answer: test_answer_streams.py)."""
 
 from __future__ import annotations
 
