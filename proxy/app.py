@@ -27,7 +27,7 @@ from proxy.http.routes import add_routes
 from proxy.logs import get_logger
 from proxy.metrics import Metrics, UnknownToolStats
 from proxy.pipeline.turn import Pipeline
-from proxy.protocols.base import WireProtocol
+from proxy.protocols.base import API, WireProtocol
 from proxy.protocols.chat import ChatProtocol
 from proxy.protocols.chat import schema as chat_schema
 from proxy.protocols.messages import MessagesProtocol
@@ -256,9 +256,9 @@ def _add_turn_routes(app: ProxyApp, pipeline: Pipeline, keys: Keys) -> None:
 
 # The operations' names in the OpenAPI document, as they were when each route had its function.
 _ROUTE_NAMES: dict[str, str] = {
-    "chat": "chat_completions",
-    "responses": "create_response",
-    "messages": "create_message",
+    API.CHAT: "chat_completions",
+    API.RESPONSES: "create_response",
+    API.MESSAGES: "create_message",
 }
 
 
