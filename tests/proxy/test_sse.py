@@ -7,6 +7,7 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -199,3 +200,23 @@ def test_a_typed_event_is_named_after_its_type_and_an_untyped_one_is_not() -> No
 
 def test_the_end_of_an_openai_stream_is_read_as_an_event_without_payload() -> None:
     assert decode_all([DONE]) == [SSEEvent(DONE_DATA, None)]
+
+
+@given(
+    events=st.lists(
+        st.fixed_dictionaries(
+            {"type": st.sampled_from(["response.created", "message_start", "ping"])},
+            optional={"text": st.text(max_size=12)},
+        ),
+        max_size=4,
+    ),
+    done=st.booleans(),
+)
+def test_written_events_split_at_every_point_read_back_as_the_events_written(
+    events: list[dict[str, Any]], done: bool
+) -> None:
+    stream = b"".join(encode_typed_event(e) for e in events) + (DONE if done else b"")
+    written = [SSEEvent(orjson.dumps(e).decode(), e, e["type"]) for e in events]
+    written += [SSEEvent(DONE_DATA, None)] if done else []
+    for cut in range(len(stream) + 1):
+        assert decode_all([stream[:cut], stream[cut:]]) == written, cut
