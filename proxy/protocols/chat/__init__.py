@@ -6,6 +6,7 @@ and the simulator use it); `constrain` writes a constrained re-ask; `schema` is 
 request schema.
 """
 
-from proxy.protocols.chat.adapter import ChatAssembly, ChatProtocol
+from proxy.protocols.chat.adapter import ChatProtocol
+from proxy.protocols.chat.stream import ChatAssembly
 
 __all__ = ["ChatAssembly", "ChatProtocol"]

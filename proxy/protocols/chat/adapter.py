@@ -29,9 +29,9 @@ from proxy.protocols.base import (
     TurnView,
 )
 from proxy.protocols.chat.answer import completion_chunks
-from proxy.protocols.chat.stream import ChunkAssembler
+from proxy.protocols.chat.stream import ChatAssembly
 from proxy.session.budget import content_text, message_hints
-from proxy.sse import DONE, SSEEvent, encode_event
+from proxy.sse import DONE, encode_event
 
 # A re-ask asks for one answer, not streamed, whatever the client asked for.
 _NOT_REASKED: Final = frozenset({"stream", "stream_options", "n"})
@@ -132,38 +132,6 @@ class ChatProtocol(Adapter):
 
     def assembly(self, body: dict[str, Any]) -> ChatAssembly:
         return ChatAssembly()
-
-
-class ChatAssembly:
-    """One chat-completion stream (see `proxy.protocols.base.StreamAssembly`)."""
-
-    response_id = None  # chat completions do not chain
-
-    def __init__(self) -> None:
-        self._chunks = ChunkAssembler()
-        self.done = False
-
-    def add(self, event: SSEEvent) -> list[bytes]:
-        if event.payload is None:
-            self.done = True
-            return []
-        return [encode_event(chunk) for chunk in self._chunks.add(event.payload)]
-
-    def take_finished(self) -> list[Choice]:
-        return [Choice(c.index, c.message, c.finish_reason) for c in self._chunks.take_finished()]
-
-    def release(self, settled: Settled) -> list[bytes]:
-        for usage in settled.usage:
-            self._chunks.add_usage(usage)
-        chunks = self._chunks.emit_tool_calls(settled.index, settled.message, settled.finish_reason)
-        return [encode_event(chunk) for chunk in chunks]
-
-    def end(self) -> bytes:
-        self._chunks.close()  # an upstream that ends without [DONE] is fine if every choice finished
-        return DONE
-
-    def error_event(self, error: ToolsentryError) -> bytes:
-        return encode_event(error.body())
 
 
 def tool_results(messages: list[Any]) -> list[ToolResult]:

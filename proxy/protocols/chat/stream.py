@@ -1,10 +1,10 @@
 """A chat-completion stream assembled for the turn, without I/O (DESIGN §7).
 
-One `ChunkAssembler` per stream forwards content as it arrives, holds tool-call deltas until their
-choice finishes, hands the assembled message over for validation, and re-emits the (possibly
-repaired) tool calls, so that the client's accumulated message is the non-streamed one. The
-stream's adapter (`proxy.protocols.chat.adapter.ChatAssembly`) drives it from the decoded events
-(`proxy.sse`)::
+`ChatAssembly` is the turn's side of one stream (`proxy.protocols.base.StreamAssembly`). Inside
+it one `ChunkAssembler` forwards content as it arrives, holds tool-call deltas until their choice
+finishes, hands the assembled message over for validation, and re-emits the (possibly repaired)
+tool calls, so that the client's accumulated message is the non-streamed one. `ChatAssembly`
+drives it from the decoded events (`proxy.sse`)::
 
     for chunk in assembler.add(event.payload):         # forward each at once
         ...
@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from proxy.errors import UpstreamProtocolError, UpstreamStatusError
-from proxy.sse import excerpt
+from proxy.errors import ToolsentryError, UpstreamProtocolError, UpstreamStatusError
+from proxy.protocols.base import Choice, Settled
+from proxy.sse import DONE, SSEEvent, encode_event, excerpt
 from proxy.usage import sum_usage
 
 Chunk = dict[str, Any]
@@ -258,6 +259,38 @@ class ChunkAssembler:
 
     def _total_usage(self) -> dict[str, Any] | None:
         return None if self._usage is None else sum_usage([self._usage, self._extra_usage])
+
+
+class ChatAssembly:
+    """One chat-completion stream (see `proxy.protocols.base.StreamAssembly`)."""
+
+    response_id = None  # chat completions do not chain
+
+    def __init__(self) -> None:
+        self._chunks = ChunkAssembler()
+        self.done = False
+
+    def add(self, event: SSEEvent) -> list[bytes]:
+        if event.payload is None:
+            self.done = True
+            return []
+        return [encode_event(chunk) for chunk in self._chunks.add(event.payload)]
+
+    def take_finished(self) -> list[Choice]:
+        return [Choice(c.index, c.message, c.finish_reason) for c in self._chunks.take_finished()]
+
+    def release(self, settled: Settled) -> list[bytes]:
+        for usage in settled.usage:
+            self._chunks.add_usage(usage)
+        chunks = self._chunks.emit_tool_calls(settled.index, settled.message, settled.finish_reason)
+        return [encode_event(chunk) for chunk in chunks]
+
+    def end(self) -> bytes:
+        self._chunks.close()  # an upstream that ends without [DONE] is fine if every choice finished
+        return DONE
+
+    def error_event(self, error: ToolsentryError) -> bytes:
+        return encode_event(error.body())
 
 
 def _raise_if_error(chunk: Mapping[str, Any]) -> None:
