@@ -27,8 +27,9 @@ import httptools
 import orjson
 import uvloop
 
-from proxy.answers import Answer, Call, Usage, sse_event
-from proxy.answers import messages as anthropic
+from proxy.protocols.answer import Answer, Call, Usage
+from proxy.protocols.messages import answer as anthropic
+from proxy.sse import encode_typed_event as sse_event
 
 MODEL = "bench-model"
 FIRST_TOKEN = "Checking-first-token"

@@ -26,11 +26,11 @@ from fastapi import FastAPI
 from bench.asgi import Driver
 from bench.fake_upstream import completion
 from bench.overhead import request_body
-from proxy.chatbody import ChatBodyParser
 from proxy.config import Settings
 from proxy.guard import toolcheck
 from proxy.guard.leakformats import FAMILIES, FORMATS
 from proxy.guard.leaks import find_leaked_calls, find_leaked_calls_in_reasoning
+from proxy.http.jsonbody import BodyParser
 from proxy.logs import configure_logging, get_logger, log_request
 from proxy.upstream import UpstreamResponse
 
@@ -186,7 +186,7 @@ def main() -> None:
             }
         )
 
-    bodies = ChatBodyParser()
+    bodies = BodyParser()
     bodies.parse(raw)  # the first sight of the tools
 
     quiet = FastAPI()._native_telemetry

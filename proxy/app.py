@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import inspect
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import orjson
@@ -22,105 +22,25 @@ from proxy.errors import BadRequestError, ConfigError, ToolsentryError, error_bo
 from proxy.http.auth import Keys
 from proxy.http.dispatch import Delegate, TurnRoute
 from proxy.http.passthrough import Passthrough
-from proxy.http.replies import JSON, JSONReply, error_reply
+from proxy.http.replies import JSONReply, error_reply
 from proxy.http.routes import add_routes
 from proxy.logs import get_logger
 from proxy.metrics import Metrics, UnknownToolStats
 from proxy.pipeline.turn import Pipeline
+from proxy.protocols.base import API, WireProtocol
 from proxy.protocols.chat import ChatProtocol
+from proxy.protocols.chat import schema as chat_schema
 from proxy.protocols.messages import MessagesProtocol
+from proxy.protocols.messages import schema as messages_schema
 from proxy.protocols.responses import ResponsesProtocol
+from proxy.protocols.responses import schema as responses_schema
 from proxy.session import open_store
 from proxy.session.stores import SessionStore
-from proxy.shadow import open_shadow
+from proxy.shadow import Shadow, open_shadow
 from proxy.tracing import Tracing, TracingConfig
 from proxy.upstream import HttpUpstream, Router, Upstream
 
 _GC_YOUNG_THRESHOLD = 50_000
-CHAT_ROUTE = "/v1/chat/completions"
-RESPONSES_ROUTE = "/v1/responses"
-MESSAGES_ROUTE = "/v1/messages"
-_CHAT_BODY_SCHEMA = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            JSON: {
-                "schema": {
-                    "type": "object",
-                    "required": ["messages"],
-                    "properties": {
-                        "model": {"type": "string"},
-                        "messages": {"type": "array", "items": {"type": "object"}},
-                        "tools": {"type": "array", "items": {"type": "object"}},
-                        "tool_choice": {},
-                        "stream": {"type": "boolean"},
-                    },
-                    "additionalProperties": True,
-                }
-            }
-        },
-    }
-}
-
-
-_RESPONSES_BODY_SCHEMA = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            JSON: {
-                "schema": {
-                    "type": "object",
-                    "required": ["input"],
-                    "properties": {
-                        "model": {"type": "string"},
-                        "input": {
-                            "anyOf": [
-                                {"type": "string"},
-                                {"type": "array", "items": {"type": "object"}},
-                            ]
-                        },
-                        "instructions": {"type": "string"},
-                        "tools": {"type": "array", "items": {"type": "object"}},
-                        "tool_choice": {},
-                        "previous_response_id": {"type": "string"},
-                        "stream": {"type": "boolean"},
-                    },
-                    "additionalProperties": True,
-                }
-            }
-        },
-    }
-}
-
-
-_MESSAGES_BODY_SCHEMA = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            JSON: {
-                "schema": {
-                    "type": "object",
-                    "required": ["messages"],
-                    "properties": {
-                        "model": {"type": "string"},
-                        "max_tokens": {"type": "integer"},
-                        "messages": {"type": "array", "items": {"type": "object"}},
-                        "system": {
-                            "anyOf": [
-                                {"type": "string"},
-                                {"type": "array", "items": {"type": "object"}},
-                            ]
-                        },
-                        "tools": {"type": "array", "items": {"type": "object"}},
-                        "tool_choice": {"type": "object"},
-                        "stream": {"type": "boolean"},
-                    },
-                    "additionalProperties": True,
-                }
-            }
-        },
-    }
-}
 
 
 # FastAPI versions with native OpenTelemetry look for providers on every request (3.5 µs); the
@@ -175,16 +95,7 @@ def create_app(
 
     Raises ConfigError when no upstream is configured or the store URL is invalid.
     """
-    if upstreams is None:
-        if not settings.upstreams:
-            raise ConfigError(
-                "no upstream configured: give --upstream URL, TOOLSENTRY_UPSTREAMS or a config file"
-            )
-        env = dict(environ or {})
-        upstreams = [
-            HttpUpstream(u, api_key=settings.upstream_api_key(u, env), retries=settings.retries)
-            for u in settings.upstreams
-        ]
+    upstreams = _upstreams(settings, upstreams, environ or {})
     configs = settings.upstreams or []
     if len(configs) != len(upstreams):
         configs = [UpstreamConfig(name=u.name, base_url="http://injected") for u in upstreams]
@@ -209,32 +120,12 @@ def create_app(
         worker_log_suffix=metrics_dir is not None,
     )
     keys = Keys(settings)
-    log = get_logger()
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # What exists at startup lives as long as the process: move it out of the collector's
-        # reach, or every full collection rescans it (20 ms on this heap: the p99 spikes).
-        gc.freeze()
-        # Under load dozens of requests are in flight, each holding its parsed body. At the
-        # default threshold (a young collection every 700 allocations) most young objects are
-        # still alive when collected, so they are promoted and rescanned by the older
-        # generations: 10% of the proxy's CPU at concurrency 64. Collecting every 50,000
-        # allocations finds most of a request's objects already freed by reference counting.
-        gc.set_threshold(_GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-        yield
-        if shadow is not None:
-            await shadow.close()
-        await router.close()
-        await session_store.close()
-        if tracer is not None:  # flushing waits on the endpoint: not on the event loop
-            await asyncio.to_thread(tracer.shutdown)
 
     app = ProxyApp(
         title="toolsentry",
         version=__version__,
         description="OpenAI-compatible proxy that validates, repairs and budgets every tool call.",
-        lifespan=lifespan,
+        lifespan=_lifespan(router, session_store, shadow, tracer),
         docs_url=None,
         redoc_url=None,
         **_NO_OPENTELEMETRY,
@@ -244,6 +135,86 @@ def create_app(
     app.state.metrics = metrics
     app.state.store = session_store
     app.state.shadow = shadow
+    _add_error_handlers(app)
+    _add_turn_routes(app, pipeline, keys)
+    add_routes(
+        app,
+        settings=settings,
+        router=router,
+        store=session_store,
+        metrics=metrics,
+        unknown=unknown,
+        keys=keys,
+        shadow=shadow,
+    )
+    _add_passthrough(app, Passthrough(router, keys, settings.max_body_bytes))
+    return app
+
+
+def _add_passthrough(app: FastAPI, passthrough: Passthrough) -> None:
+    """The last route: any other path goes to the pass-through (its allowlist decides)."""
+
+    @app.api_route(
+        "/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False
+    )
+    async def raw(request: Request, path: str) -> Response:
+        """Other endpoints (/v1/completions, /v1/embeddings, /tokenize, …) go to the upstream raw."""
+        return await passthrough(request, path)
+
+
+def _upstreams(
+    settings: Settings, injected: list[Upstream] | None, environ: Mapping[str, str]
+) -> list[Upstream]:
+    """The injected upstreams, else one client per configured upstream. Raises ConfigError
+    when there is none."""
+    if injected is not None:
+        return injected
+    if not settings.upstreams:
+        raise ConfigError(
+            "no upstream configured: give --upstream URL, TOOLSENTRY_UPSTREAMS or a config file"
+        )
+    env = dict(environ)
+    return [
+        HttpUpstream(u, api_key=settings.upstream_api_key(u, env), retries=settings.retries)
+        for u in settings.upstreams
+    ]
+
+
+def _lifespan(
+    router: Router, store: SessionStore, shadow: Shadow | None, tracer: Tracing | None
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: the collector settled at startup; at shutdown the shadow, the
+    upstream clients, the store and the tracer closed, in that order."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        _settle_the_collector()
+        yield
+        if shadow is not None:
+            await shadow.close()
+        await router.close()
+        await store.close()
+        if tracer is not None:  # flushing waits on the endpoint: not on the event loop
+            await asyncio.to_thread(tracer.shutdown)
+
+    return lifespan
+
+
+def _settle_the_collector() -> None:
+    # What exists at startup lives as long as the process: move it out of the collector's
+    # reach, or every full collection rescans it (20 ms on this heap: the p99 spikes).
+    gc.freeze()
+    # Under load dozens of requests are in flight, each holding its parsed body. At the
+    # default threshold (a young collection every 700 allocations) most young objects are
+    # still alive when collected, so they are promoted and rescanned by the older
+    # generations: 10% of the proxy's CPU at concurrency 64. Collecting every 50,000
+    # allocations finds most of a request's objects already freed by reference counting.
+    gc.set_threshold(_GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error answers in OpenAI's error shape; never a traceback to the client."""
+    log = get_logger()
 
     @app.exception_handler(ToolsentryError)
     async def on_toolsentry_error(request: Request, exc: ToolsentryError) -> Response:
@@ -265,40 +236,34 @@ def create_app(
         body = error_body("internal error in toolsentry; see the proxy's log", "internal_error")
         return JSONReply(orjson.dumps(body), 500)
 
-    chat = TurnRoute(pipeline, ChatProtocol(pipeline.limits), keys)
-    responses = TurnRoute(pipeline, ResponsesProtocol(pipeline.limits), keys)
-    messages = TurnRoute(pipeline, MessagesProtocol(pipeline.limits), keys)
-    app.turn_routes = {CHAT_ROUTE: chat, RESPONSES_ROUTE: responses, MESSAGES_ROUTE: messages}
 
-    @app.post(CHAT_ROUTE, openapi_extra=_CHAT_BODY_SCHEMA)
-    async def chat_completions() -> Response:
-        return Delegate(chat)
+def _add_turn_routes(app: ProxyApp, pipeline: Pipeline, keys: Keys) -> None:
+    """One turn route per wire protocol, at its route with its request schema."""
+    served: list[tuple[WireProtocol, str, dict[str, Any]]] = [
+        (ChatProtocol(pipeline.limits), chat_schema.ROUTE, chat_schema.REQUEST_BODY),
+        (
+            ResponsesProtocol(pipeline.limits),
+            responses_schema.ROUTE,
+            responses_schema.REQUEST_BODY,
+        ),
+        (MessagesProtocol(pipeline.limits), messages_schema.ROUTE, messages_schema.REQUEST_BODY),
+    ]
+    app.turn_routes = {}
+    for protocol, path, schema in served:
+        route = app.turn_routes[path] = TurnRoute(pipeline, protocol, keys)
+        app.post(path, openapi_extra=schema, name=_ROUTE_NAMES[protocol.api])(_delegate(route))
 
-    @app.post(RESPONSES_ROUTE, openapi_extra=_RESPONSES_BODY_SCHEMA)
-    async def create_response() -> Response:
-        return Delegate(responses)
 
-    @app.post(MESSAGES_ROUTE, openapi_extra=_MESSAGES_BODY_SCHEMA)
-    async def create_message() -> Response:
-        return Delegate(messages)
+# The operations' names in the OpenAPI document, as they were when each route had its function.
+_ROUTE_NAMES: dict[str, str] = {
+    API.CHAT: "chat_completions",
+    API.RESPONSES: "create_response",
+    API.MESSAGES: "create_message",
+}
 
-    add_routes(
-        app,
-        settings=settings,
-        router=router,
-        store=session_store,
-        metrics=metrics,
-        unknown=unknown,
-        keys=keys,
-        shadow=shadow,
-    )
-    passthrough = Passthrough(router, keys, settings.max_body_bytes)
 
-    @app.api_route(
-        "/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"], include_in_schema=False
-    )
-    async def raw(request: Request, path: str) -> Response:
-        """Other endpoints (/v1/completions, /v1/embeddings, /tokenize, …) go to the upstream raw."""
-        return await passthrough(request, path)
+def _delegate(route: TurnRoute) -> Callable[[], Awaitable[Response]]:
+    async def endpoint() -> Response:
+        return Delegate(route)
 
-    return app
+    return endpoint

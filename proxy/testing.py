@@ -6,7 +6,7 @@ demos and benches.
 `?beta=true`) from one script, plain or streamed as the request asks, and records what it was
 asked (body, headers, query string), so tests exercise the proxy's real network path. A script
 entry is a protocol-neutral `Answer` (built with `answer`, `call`, `thinking`), rendered for the
-route it arrives on by `proxy.answers` in vLLM's shapes; a raw body (a dict, sent as it is, except
+route it arrives on by the writers of `proxy.protocols` in vLLM's shapes; a raw body (a dict, sent as it is, except
 that a chat completion asked for as a stream is streamed); or a misbehaviour: an error status or a
 body that is not an answer (`Fault`, `Fault.error` in the route's error shape), a hang
 (`Fault.delay`), a connection reset before any response byte (`Reset`), or a stream that stalls,
@@ -37,12 +37,13 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from proxy.answers import API, Answer, Call, Finish, Thinking, Usage, sse_event
-from proxy.answers import chat as chat_wire
-from proxy.answers import messages as messages_wire
-from proxy.answers import responses as responses_wire
 from proxy.errors import error_body
-from proxy.streaming import completion_chunks
+from proxy.protocols.answer import Answer, Call, Thinking, Usage
+from proxy.protocols.base import API, Finish
+from proxy.protocols.chat import answer as chat_wire
+from proxy.protocols.messages import answer as messages_wire
+from proxy.protocols.responses import answer as responses_wire
+from proxy.sse import DONE, encode_event, encode_typed_event
 
 
 def _new_id() -> str:
@@ -247,7 +248,7 @@ class SSE:
         its usage) on any route, or an answer in the protocol of the route it arrives on."""
         if isinstance(reply, Answer):
             return cls(answer=reply, fragment=fragment, **options)
-        chunks = completion_chunks(reply, fragment=fragment, include_usage=True)
+        chunks = chat_wire.completion_chunks(reply, fragment=fragment, include_usage=True)
         return cls(list[bytes | dict[str, Any]](chunks), completion=reply, **options)
 
     def pieces(self, api: API = API.CHAT, request: Mapping[str, Any] | None = None) -> list[bytes]:
@@ -263,7 +264,7 @@ class SSE:
             body = [*body[: self.fail_after], _encode(self._failure(api, self.fail_after), api)]
             done = False
         if done:
-            body.append(b"data: [DONE]\n\n")
+            body.append(DONE)
         if not self.chunk_sizes:
             return body
         whole, pieces, sizes = b"".join(body), [], itertools.cycle(self.chunk_sizes)
@@ -282,13 +283,13 @@ class SSE:
 
 
 def _encode(event: dict[str, Any], api: API) -> bytes:
-    if api is API.CHAT:
-        return b"data: " + orjson.dumps(event) + b"\n\n"
-    return sse_event(event)
+    # Chat completions name no event; Responses and Messages name each after its type.
+    return encode_event(event) if api is API.CHAT else encode_typed_event(event)
 
 
-Reply = Answer | dict[str, Any] | Fault | Reset | SSE
-Handler = Callable[[dict[str, Any]], Reply]
+ScriptedReply = Answer | dict[str, Any] | Fault | Reset | SSE
+"""What the scripted upstream answers one request with."""
+Handler = Callable[[dict[str, Any]], ScriptedReply]
 
 _ROUTES = {
     API.CHAT: "/v1/chat/completions",
@@ -312,7 +313,7 @@ class ScriptedUpstream:
     stream before its end.
     """
 
-    replies: Iterable[Reply] = ()
+    replies: Iterable[ScriptedReply] = ()
     handler: Handler | None = None
     models: tuple[str, ...] = ("scripted-model",)
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -323,8 +324,8 @@ class ScriptedUpstream:
     apis: list[API] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._queue: deque[Reply] = deque(self.replies)
-        self._last: Reply | None = None
+        self._queue: deque[ScriptedReply] = deque(self.replies)
+        self._last: ScriptedReply | None = None
         self.first_chunk_sent = threading.Event()
         self.stream_cut = threading.Event()
         self.pieces_sent = 0
@@ -348,17 +349,17 @@ class ScriptedUpstream:
             ]
         )
 
-    def push(self, *replies: Reply) -> None:
+    def push(self, *replies: ScriptedReply) -> None:
         """Queue more replies."""
         self._queue.extend(replies)
 
-    def rescript(self, *replies: Reply) -> None:
+    def rescript(self, *replies: ScriptedReply) -> None:
         """Replace the script with `replies` (the last then repeats), e.g. between the examples
         of a property test that shares one server."""
         self._queue = deque(replies)
         self._last = None
 
-    def _next(self, body: dict[str, Any]) -> Reply:
+    def _next(self, body: dict[str, Any]) -> ScriptedReply:
         if self.handler is not None:
             return self.handler(body)
         if self._queue:

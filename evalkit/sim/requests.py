@@ -14,6 +14,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from proxy.errors import BadRequestError
+from proxy.protocols.messages import tools as messages_tools
+from proxy.protocols.responses import tools as responses_tools
+
 Message = dict[str, Any]
 
 
@@ -22,30 +26,29 @@ class RequestShapeError(ValueError):
 
 
 def chat_tools(tools: object) -> list[dict[str, Any]] | None:
-    """A Responses or Messages `tools` list as chat function tools; functions inside a Responses
-    `namespace` tool count as declared; built-in tools (`web_search`, `mcp`, …) are left out."""
+    """A Responses or Messages `tools` list as chat function tools, read by the proxy's own
+    translations (`proxy.protocols.responses.tools`, `proxy.protocols.messages.tools`);
+    functions inside a Responses `namespace` tool count as declared under their own name (the
+    simulated model calls them so); built-in tools (`web_search`, `mcp`, …) and tools it cannot
+    read are left out."""
     if not isinstance(tools, list):
         return None
     out: list[dict[str, Any]] = []
     for tool in tools:
         if not isinstance(tool, dict):
             continue
-        if tool.get("type") == "namespace":
-            out += chat_tools(tool.get("tools")) or []
-            continue
-        name = tool.get("name")
-        if not isinstance(name, str):
-            continue
-        if tool.get("type") == "function":
-            schema = tool.get("parameters")
-        elif "input_schema" in tool and tool.get("type") in (None, "custom"):
-            schema = tool.get("input_schema")
-        else:
-            continue  # a built-in or server tool: nothing the model calls by name here
-        function = {"name": name, "description": tool.get("description") or ""}
-        function["parameters"] = schema if isinstance(schema, dict) else {}
-        out.append({"type": "function", "function": function})
-    return out
+        try:
+            if "input_schema" in tool and tool.get("type") in (None, "custom"):
+                out += messages_tools.chat_tools([tool])
+            else:
+                out += responses_tools.chat_tools([tool], in_namespace=_own_name)
+        except BadRequestError:
+            continue  # a tool without a name: nothing the model calls by name
+    return [tool for tool in out if tool.get("type") == "function"]
+
+
+def _own_name(namespace: str, name: object) -> object:
+    return name
 
 
 def responses_conversation(body: Mapping[str, Any]) -> list[Message]:

@@ -7,7 +7,7 @@ agent of the task the request names — header `x-evalkit-task` (with `x-evalkit
 body's `metadata` (`evalkit_task`, `evalkit_trial`, `evalkit_seed`). The request's `model` picks the
 damage profile (`sim-int4` → `int4`); any other name gets the server's default profile. Each
 request is read as one chat conversation (`evalkit.sim.requests`), the simulated model decides once,
-and `proxy.answers` writes the decision in the request's protocol, plain or streamed: the same
+and the writers of `proxy.protocols` write the decision in the request's protocol, plain or streamed: the same
 episode plays the same on every protocol. Every answer says it is simulated: `model:
 sim-<profile>`, `system_fingerprint: evalkit-sim-<profile>` in every body and stream envelope,
 and an `x-evalkit-simulated: <profile>` header.
@@ -36,12 +36,13 @@ from evalkit.sim.requests import (
     messages_conversation,
     responses_conversation,
 )
-from proxy.answers import API, Answer, Call, Usage, sse_event
-from proxy.answers import chat as chat_wire
-from proxy.answers import messages as messages_wire
-from proxy.answers import responses as responses_wire
 from proxy.errors import ToolsentryError, error_body
-from proxy.streaming import encode_event
+from proxy.protocols.answer import Answer, Call, Usage
+from proxy.protocols.base import API
+from proxy.protocols.chat import answer as chat_wire
+from proxy.protocols.messages import answer as messages_wire
+from proxy.protocols.responses import answer as responses_wire
+from proxy.sse import DONE, encode_event, encode_typed_event
 
 _JSON = "application/json"
 _STREAM_PIECE: Final = 24  # characters of content or arguments per streamed delta
@@ -173,17 +174,17 @@ def _body(api: API, answer: Answer, request: Mapping[str, Any]) -> dict[str, Any
 async def _stream(api: API, answer: Answer, request: Mapping[str, Any]) -> AsyncIterator[bytes]:
     if api is API.RESPONSES:
         for event in responses_wire.events(answer, request, fragment=_STREAM_PIECE):
-            yield sse_event(event)
+            yield encode_typed_event(event)
         return
     if api is API.MESSAGES:
         for event in messages_wire.events(answer, fragment=_STREAM_PIECE):
-            yield sse_event(event)
+            yield encode_typed_event(event)
         return
     options = request.get("stream_options")
     with_usage = isinstance(options, dict) and bool(options.get("include_usage"))
     for chunk in chat_wire.chunks(answer, fragment=_STREAM_PIECE, include_usage=with_usage):
         yield encode_event(chunk)
-    yield b"data: [DONE]\n\n"
+    yield DONE
 
 
 def episode_key(

@@ -19,11 +19,11 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from proxy import tracing
-from proxy.chatbody import ChatBodyParser
 from proxy.errors import ToolsentryError, status_of
 from proxy.guard.channels import Channel
 from proxy.http.auth import Keys
 from proxy.http.body import read_body
+from proxy.http.jsonbody import BodyParser
 from proxy.http.replies import JSONReply, SSEReply, request_headers
 from proxy.logs import get_logger
 from proxy.pipeline.plain import complete
@@ -43,7 +43,7 @@ class TurnRoute:
     def __init__(self, pipeline: Pipeline, protocol: WireProtocol, keys: Keys) -> None:
         self.pipeline = pipeline
         self.protocol = protocol
-        self.bodies = ChatBodyParser(
+        self.bodies = BodyParser(
             pipeline.limits, compile=protocol.compile_tools, resent=protocol.resent
         )
         self.keys = keys

@@ -30,6 +30,14 @@ def add_routes(
     shadow: Shadow | None = None,
 ) -> None:
     """Register the routes on `app`."""
+    _add_service_routes(app, settings=settings, router=router, metrics=metrics, keys=keys)
+    _add_admin_routes(app, store=store, unknown=unknown, keys=keys, shadow=shadow)
+
+
+def _add_service_routes(
+    app: FastAPI, *, settings: Settings, router: Router, metrics: Metrics, keys: Keys
+) -> None:
+    """The models list, health, readiness and metrics."""
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
@@ -71,6 +79,17 @@ def add_routes(
     @app.get("/metrics")
     async def metrics_endpoint() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+
+def _add_admin_routes(
+    app: FastAPI,
+    *,
+    store: SessionStore,
+    unknown: UnknownToolStats,
+    keys: Keys,
+    shadow: Shadow | None,
+) -> None:
+    """The session API and the statistics, behind the admin key."""
 
     @app.get("/v1/sessions")
     async def list_sessions(request: Request, order: str = "recent", limit: int = 50) -> Response:

@@ -22,7 +22,7 @@ from proxy.headers import (
     SESSION_HEADER,
     VIOLATIONS_HEADER,
 )
-from proxy.streaming import encode_comment
+from proxy.sse import encode_comment
 
 SUMMARY_COMMENT: Final = "x-toolsentry"
 """The name that starts the summary comment sent before a stream's terminal event."""

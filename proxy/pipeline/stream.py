@@ -26,7 +26,7 @@ from proxy.logs import get_logger
 from proxy.pipeline.report import TurnReport
 from proxy.pipeline.turn import Turn
 from proxy.protocols.base import StreamAssembly
-from proxy.streaming import SSEComment, SSEDecoder, encode_comment
+from proxy.sse import SSEComment, SSEDecoder, encode_comment
 from proxy.upstream import UpstreamResponse, UpstreamStream, raise_for_status
 
 # After the terminal event the upstream's body is read to its end, once the client has its

@@ -20,16 +20,34 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 from proxy.errors import BadRequestError, ToolsentryError
 from proxy.guard.channels import Violation
+from proxy.guard.strict import StrictForm
 from proxy.guard.toolcheck import DEFAULT_LIMITS, GuardLimits, ToolIndex, compile_tools
 from proxy.session.budget import SessionHints
-from proxy.streaming import SSEEvent
+from proxy.sse import SSEEvent
 
 Message = dict[str, Any]
 """An assistant message in the guard's shape (see the module docstring)."""
+
+
+class Finish(StrEnum):
+    """Why an answer ended, in Chat Completions' words (each protocol maps it to its own)."""
+
+    STOP = "stop"
+    TOOL_CALLS = "tool_calls"
+    LENGTH = "length"  # the token limit: Responses `max_output_tokens`, Messages `max_tokens`
+
+
+class API(StrEnum):
+    """The wire protocols, by the name the metrics and `evalkit replay --api` use."""
+
+    CHAT = "chat"
+    RESPONSES = "responses"
+    MESSAGES = "messages"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +170,7 @@ class StreamAssembly(Protocol):
 class WireProtocol(Protocol):
     """A wire protocol's adapter: pure translation between its bodies and the turn."""
 
-    api: str
+    api: API
     """The protocol's `api` label in metrics and logs: `chat`, `responses`, `messages`."""
 
     path: str
@@ -160,7 +178,7 @@ class WireProtocol(Protocol):
 
     resent: tuple[str, ...]
     """Top-level keys, besides `tools`, whose arrays its clients resend byte for byte every turn:
-    the route's body parser remembers their parse (proxy/chatbody.py)."""
+    the route's body parser remembers their parse (proxy/http/jsonbody.py)."""
 
     def compile_tools(self, tools: list[Any]) -> ToolIndex:
         """The body's `tools` (a list) compiled for the guard, each function under the name a
@@ -265,3 +283,15 @@ class Adapter:
         if not isinstance(messages, list) or not messages:
             raise BadRequestError("'messages' must be a non-empty array", param="messages")
         return messages
+
+
+def strict_tool(tool: object, forms: Mapping[str, StrictForm], schema_key: str) -> object:
+    """A tool whose name and schema sit at its top level, declared strict in its strict form."""
+    if not isinstance(tool, dict):
+        return tool
+    name = tool.get("name")
+    form = forms.get(name) if isinstance(name, str) else None
+    kind = tool.get("type", "function" if schema_key == "parameters" else "custom")
+    if form is None or form.schema is None or kind not in ("function", "custom"):
+        return tool
+    return {**tool, schema_key: form.schema, "strict": True}

@@ -136,7 +136,7 @@ def test_a_call_leaked_as_text_in_a_stream_is_reasked_and_the_client_receives_th
 
 
 # -- the Responses API and Anthropic Messages: a call leaked into a reasoning item or a thinking
-# block. The upstream writes the answer in vLLM's shapes (proxy.answers); the clients are the
+# block. The upstream writes the answer in vLLM's shapes (proxy.protocols); the clients are the
 # real SDKs, plain and streamed.
 
 SIGNATURE = "EqQBCkgIARABGAIiQ+/=="

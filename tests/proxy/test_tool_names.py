@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.streaming import completion_chunks
+from proxy.protocols.chat.answer import completion_chunks
 from proxy.testing import SSE, completion, tool_call
 from tests.proxy.builders import make_request
 from tests.proxy.conftest import RunningProxy, RunningUpstream

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from proxy.guard.leakformats import FAMILIES, FORMATS, NOT_APPLICABLE, VLLM_PARSERS
 from proxy.guard.leaks import LeakedCall, find_leaked_calls, find_leaked_calls_in_reasoning
-from proxy.streaming import ChunkAssembler, SSEDecoder, SSEEvent, encode_event
+from proxy.protocols.chat.stream import ChunkAssembler
+from proxy.sse import SSEDecoder, SSEEvent, encode_event
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "leaks"
 DATA = json.loads((FIXTURES / "formats.json").read_text())

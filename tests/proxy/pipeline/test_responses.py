@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.answers import Usage
+from proxy.protocols.answer import Usage
 from proxy.testing import SSE, answer, call
 from tests.proxy.conftest import RunningProxy, RunningUpstream
 from tests.proxy.metrics_text import metric

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
 from proxy.guard.toolcheck import validate
-from proxy.streaming import completion_chunks
+from proxy.protocols.chat.answer import completion_chunks
 from proxy.testing import SSE, Fault, completion, tool_call
 from tests.proxy.builders import RETAIL_TOOLS, make_request
 from tests.proxy.conftest import RunningProxy, RunningUpstream

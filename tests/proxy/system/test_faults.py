@@ -25,8 +25,8 @@ from proxy.config import Settings
 from proxy.testing import (
     Fault,
     LoopbackServer,
-    Reply,
     Reset,
+    ScriptedReply,
     ScriptedUpstream,
     completion,
     tool_call,
@@ -78,7 +78,7 @@ def upstream_error(message: str, error_type: str, code: int) -> dict[str, Any]:
     return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
 
 
-REPLIES: dict[str, tuple[list[Reply], int, int, str | None]] = {
+REPLIES: dict[str, tuple[list[ScriptedReply], int, int, str | None]] = {
     # name: (script, upstream calls, client status, error type or None for a success)
     "500 is not retried": ([Fault(500, upstream_error("boom", "x", 500))], 1, 500, "x"),
     "500 without an error body": ([Fault(500, b"<html>oops</html>")], 1, 500, "upstream_error"),
@@ -150,7 +150,7 @@ def test_an_upstream_down_at_start_gives_502_until_it_comes_back(
 
 # -- nothing leaks over many faults --------------------------------------------------------------
 
-KINDS: dict[str, tuple[Reply, int, str | None]] = {
+KINDS: dict[str, tuple[ScriptedReply, int, str | None]] = {
     # kind: (reply, client status, error type) with retries off, so one call per request
     "ok": (completion(tool_calls=[tool_call("get_order_details", {"order_id": "#W1"})]), 200, None),
     "500": (Fault(500), 500, "upstream_error"),
@@ -171,7 +171,7 @@ _PROMPT = [kind for kind in KINDS if kind != "hang"]
 FAULTY_LOAD = ["hang" if i % 40 == 39 else _PROMPT[i % len(_PROMPT)] for i in range(1000)]
 
 
-def by_kind(body: dict[str, Any]) -> Reply:
+def by_kind(body: dict[str, Any]) -> ScriptedReply:
     return KINDS[body["messages"][-1]["content"]][0]
 
 
