@@ -46,7 +46,8 @@ from typing import Any
 
 from rich.console import Console
 
-from bench.overhead import load_average, machine, markdown_table, rich_table
+from bench.machine import load_average, machine
+from bench.tables import markdown_table, rich_table
 from evalkit.domains import get_domain
 from evalkit.domains.base import Domain
 from evalkit.replay import Replay, ReplayOptions, reward_of

@@ -23,9 +23,9 @@ from typing import Any
 import orjson
 from fastapi import FastAPI
 
-from bench.asgi import Driver
+from bench.bodies import request_body
+from bench.drivers import AsgiDriver
 from bench.fake_upstream import completion
-from bench.overhead import request_body
 from proxy.chatbody import ChatBodyParser
 from proxy.config import Settings
 from proxy.guard import toolcheck
@@ -64,7 +64,7 @@ def app_request_us(raw: bytes, loops: int, repeat: int) -> tuple[float, float]:
         Settings(upstreams=[{"name": "stub", "base_url": "http://stub/v1"}]),
         upstreams=[StubUpstream()],  # type: ignore[list-item]
     )
-    driver = Driver(app, raw)
+    driver = AsgiDriver(app, raw)
 
     async def run() -> tuple[float, float]:
         await driver.request()

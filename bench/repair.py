@@ -46,7 +46,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from bench.overhead import load_average, machine, markdown_table
+from bench.machine import load_average, machine
+from bench.tables import markdown_table
 from evalkit.analysis.stats import wilson_interval
 from proxy.testing import LoopbackServer
 from tests.live.conftest import find_vllm, running_proxy

@@ -6,8 +6,8 @@ measures, in one process and in the same rounds (arms interleaved, the order rev
 other round; CPU time from getrusage; concurrency 16 against bench/fake_upstream.py on loopback;
 on two CPUs or more the upstream runs on CPU 0 and this process on CPU 1):
 
-- `request`: one chat request through the proxy's ASGI app, shadowing off (bench/asgi.py's
-  driver: no client sockets, so the proxy's own work and its upstream exchange);
+- `request`: one chat request through the proxy's ASGI app, shadowing off (bench/drivers.py's
+  AsgiDriver: no client sockets, so the proxy's own work and its upstream exchange);
 - `request, shadowed`: the same app with every request shadowed, the fake upstream as the
   reference (what a pair costs today is the difference);
 - `reference exchange`: the shadow's own client (`HttpUpstream`, no retries) as the shadow sends
@@ -46,11 +46,11 @@ import httptools
 import orjson
 import uvloop
 
-from bench.asgi import Driver
 from bench.bodies import request_body
+from bench.drivers import AsgiDriver
 from bench.fake_upstream import completion
-from bench.overhead import load_average
-from bench.tracing import free_port, wait_port
+from bench.machine import load_average
+from bench.processes import free_port, wait_port
 from proxy.app import create_app
 from proxy.config import Settings, UpstreamConfig
 from proxy.errors import UpstreamError
@@ -122,7 +122,7 @@ async def arms(port: int, stack: contextlib.AsyncExitStack) -> dict[str, Arm]:
         apps[name] = app
 
     def through(app: Any) -> Arm:
-        driver = Driver(app, body, ROUTE)
+        driver = AsgiDriver(app, body, ROUTE)
 
         async def arm(n: int) -> None:
             async def worker(count: int) -> None:

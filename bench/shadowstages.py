@@ -19,12 +19,12 @@ the stages are, cumulatively:
 A stage is the shipped proxy with methods of `proxy.shadow.Shadow` replaced in its own process
 (this module's `--serve STAGE`, which then runs `proxy.cli`): nothing in the proxy knows of it.
 Each stage and a proxy with shadowing off run side by side on the proxy's core (both resumed at
-once, each under its own wrk at concurrency 64, as bench/overhead.py's `measure_side_by_side`):
+once, each under its own wrk at concurrency 64, as bench.overhead's `measure_side_by_side`):
 their requests/s ratio is the inverse ratio of their CPU per request, whatever speed the shared
 core ran at. `off` beside another `off` (A/A) is the method's own noise. The upstream
 (bench/fake_upstream.py) is also the reference; it and the load generators run on CPU 0, the
 proxies on CPU 1. `--baseline COMMIT` adds the `full` stage of that commit's proxy (its `proxy/`
-extracted, as bench/overhead.py's `--baseline`), beside the same `off`, in the same rounds: a
+extracted, as bench.overhead's `--baseline`), beside the same `off`, in the same rounds: a
 change's effect on the shadow's cost, free of the drift between two runs.
 
     python -m bench.shadowstages [--rounds 3] [--duration 4] [--baseline COMMIT] [--no-write]
@@ -48,17 +48,15 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from bench.overhead import (
-    HIGH_CONCURRENCY,
-    WORKLOADS,
+from bench.bodies import WORKLOADS
+from bench.drivers import HIGH_CONCURRENCY, side_by_side
+from bench.machine import load_average, machine
+from bench.processes import (
     Placement,
     Server,
     baseline_checkout,
     free_port,
-    load_average,
-    machine,
     pinned,
-    side_by_side,
     start,
     wait_ready,
 )

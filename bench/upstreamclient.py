@@ -30,8 +30,8 @@ import aiohttp
 import uvloop
 
 from bench.bodies import request_body
-from bench.overhead import load_average, machine
-from bench.tracing import free_port, wait_port
+from bench.machine import load_average, machine
+from bench.processes import free_port, wait_port
 from proxy.config import UpstreamConfig
 from proxy.upstream import HttpUpstream
 
