@@ -51,6 +51,7 @@ from bench.drivers import AsgiDriver
 from bench.fake_upstream import completion
 from bench.machine import load_average
 from bench.processes import free_port, wait_port
+from bench.tables import markdown_table, spread
 from proxy.app import create_app
 from proxy.config import Settings, UpstreamConfig
 from proxy.errors import UpstreamError
@@ -242,10 +243,6 @@ async def measure(port: int, rounds: int, requests: int) -> dict[str, list[float
         return out
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.1f} ({min(values):.1f}–{max(values):.1f})"
-
-
 def report(out: dict[str, list[float]], argv: list[str], load: tuple[str, str], took: float) -> str:
     med = {name: statistics.median(values) for name, values in out.items()}
     request = med["request"]
@@ -262,9 +259,9 @@ def report(out: dict[str, list[float]], argv: list[str], load: tuple[str, str], 
         f"CPU µs of the process per operation at concurrency {CONCURRENCY}, median (min–max) "
         "over rounds, the arms interleaved in each round (see the script's docstring):",
         "",
-        "| operation | CPU µs |",
-        "|---|---|",
-        *(f"| {name} | {spread(values)} |" for name, values in out.items()),
+        markdown_table(
+            ["operation", "CPU µs"], [[n, spread(v, "{:.1f}".format)] for n, v in out.items()]
+        ),
         "",
         f"- A pair costs today {pair:.1f} µs ({pair / request:.2f} of a request): shadowing every "
         f"request leaves {request / (request + pair):.0%} of the throughput on one core.",

@@ -60,6 +60,7 @@ from bench.processes import (
     start,
     wait_ready,
 )
+from bench.tables import markdown_table, spread
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results" / "shadowstages.md"
@@ -256,7 +257,7 @@ def measure(args: argparse.Namespace) -> dict[str, list[float]]:
 
 def report(ratios: dict[str, list[float]], args: argparse.Namespace, began: str) -> str:
     def cell(values: list[float]) -> str:
-        return f"{statistics.median(values):.3f} ({min(values):.3f}–{max(values):.3f})"
+        return spread(values, lambda v: f"{v:.3f}")
 
     def share(values: list[float]) -> str:
         # What the stage's pair costs, as a share of a request: 1/ratio − 1.
@@ -282,20 +283,20 @@ def report(ratios: dict[str, list[float]], args: argparse.Namespace, began: str)
         "median (min–max) over rounds; a pair's cost as a share of a request is 1 ÷ ratio − 1 "
         f"(the {GOAL:.0%} goal leaves {1 / GOAL - 1:.2f}).",
         "",
-        "| stage | req/s ÷ off | a pair, share of a request | this stage's part of the pair |",
-        "|---|---|---|---|",
     ]
     costs = {name: 1 / statistics.median(v) - 1 for name, v in ratios.items() if name != "off-b"}
     whole, before = costs.get("full"), 0.0
+    body = []
     for name, values in ratios.items():
         if name in ("off-b", BASELINE):
             shown = "–" if name == "off-b" else share(values)
-            lines.append(f"| {labels[name]} | {cell(values)} | {shown} | – |")
+            body.append([labels[name], cell(values), shown, "–"])
             continue
         part = "–" if not whole else f"{(costs[name] - before) / whole:.0%}"
         before = costs[name]
-        lines.append(f"| {labels[name]} | {cell(values)} | {share(values)} | {part} |")
-    lines.append("")
+        body.append([labels[name], cell(values), share(values), part])
+    header = ["stage", "req/s ÷ off", "a pair, share of a request", "this stage's part of the pair"]
+    lines += [markdown_table(header, body), ""]
     if whole and "exchange" in costs and "socket" in costs:
         # What the pair would cost with an upstream client as cheap as the bare protocol.
         floor = whole - (costs["exchange"] - costs["socket"])

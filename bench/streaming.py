@@ -35,6 +35,8 @@ from typing import Any
 
 import orjson
 
+from bench.tables import markdown_table
+
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "bench-model"
 TOOLS = [
@@ -350,15 +352,21 @@ def render(rows: list[Row], requests: int, seconds: float) -> str:
         f"{requests} requests per path and scenario, alternating; run took {seconds:.0f} s.",
         "Fake upstream, proxy and client are separate processes on loopback (uvloop + httptools).",
         "",
-        "| measure | unit | direct | proxy | added | proxy / direct |",
-        "|---|---|---:|---:|---:|---:|",
-    ]
-    for row in rows:
-        lines.append(
-            f"| {row.what} | {row.unit} | {row.direct:.1f} | {row.proxy:.1f} | "
-            f"{row.added:+.1f} | {row.ratio:.2f}× |"
-        )
-    lines += [
+        markdown_table(
+            ["measure", "unit", "direct", "proxy", "added", "proxy / direct"],
+            [
+                [
+                    r.what,
+                    r.unit,
+                    f"{r.direct:.1f}",
+                    f"{r.proxy:.1f}",
+                    f"{r.added:+.1f}",
+                    f"{r.ratio:.2f}×",
+                ]
+                for r in rows
+            ],
+            right=range(2, 6),
+        ),
         "",
         "Paced scenario: 40 content chunks 1 ms apart after the role chunk. Chunk delivery",
         "latency: arrival at the client minus the upstream's write stamp of that chunk.",

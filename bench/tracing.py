@@ -36,6 +36,7 @@ from typing import Any
 
 from bench.machine import load_average, machine
 from bench.processes import free_port, wait_port
+from bench.tables import markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "tracing.md"
@@ -204,22 +205,23 @@ def summarise(samples: dict[str, list[dict[str, float]]]) -> list[str]:
     median (min–max) of the rounds' differences: arms of one round ran side by side, so a
     round's difference is little moved by how busy the machine was in that round."""
     off = samples[OFF]
-    lines = [
-        "| arm | CPU µs / request, median (min–max) | wall p50 µs at c1, median (min–max) "
-        "| CPU µs beside tracing off, per round | wall p50 µs beside tracing off, per round |",
-        "|---|---|---|---|---|",
+    header = [
+        "arm",
+        "CPU µs / request, median (min–max)",
+        "wall p50 µs at c1, median (min–max)",
+        "CPU µs beside tracing off, per round",
+        "wall p50 µs beside tracing off, per round",
     ]
+    body = []
     for name, rows in samples.items():
-        beside = "| | |"
+        beside = ["", ""]
         if name != OFF:
             cpu = [r["cpu_us"] - o["cpu_us"] for r, o in zip(rows, off, strict=True)]
             wall = [r["wall_p50_us"] - o["wall_p50_us"] for r, o in zip(rows, off, strict=True)]
-            beside = f"| {_spread(cpu, signed=True)} | {_spread(wall, signed=True)} |"
-        lines.append(
-            f"| {name} | {_spread([r['cpu_us'] for r in rows])} "
-            f"| {_spread([r['wall_p50_us'] for r in rows])} {beside}"
-        )
-    return lines
+            beside = [_spread(cpu, signed=True), _spread(wall, signed=True)]
+        cells = [_spread([r["cpu_us"] for r in rows]), _spread([r["wall_p50_us"] for r in rows])]
+        body.append([name, *cells, *beside])
+    return markdown_table(header, body).split("\n")
 
 
 @dataclass(frozen=True)
