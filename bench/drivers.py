@@ -291,8 +291,9 @@ class StreamTimer:
     """One keep-alive HTTP/1.1 connection (asyncio streams) that reads a chunked chat SSE body,
     timing the first content delta and every delta against the upstream's stamp `t`."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, path: str = "/v1/chat/completions") -> None:
         self.port = port
+        self.path = path
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
 
@@ -303,7 +304,7 @@ class StreamTimer:
         assert reader is not None
         data = orjson.dumps(body)
         head = (
-            f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{self.port}\r\n"
+            f"POST {self.path} HTTP/1.1\r\nhost: 127.0.0.1:{self.port}\r\n"
             f"content-type: application/json\r\ncontent-length: {len(data)}\r\n"
             "x-session-id: bench\r\n\r\n"
         ).encode()
