@@ -1,4 +1,4 @@
-"""The request bodies bench/overhead.py sends: one agent turn in each wire protocol, at two sizes.
+"""The request bodies bench.overhead sends: one agent turn in each wire protocol, at two sizes.
 
 - `small`: one turn of a retail conversation (system, user, a tool round trip, a follow-up) with
   17 τ²-bench-like tools, about 7 kB; on the Responses API as instructions and input items, on

@@ -8,7 +8,7 @@ server-sent events, in vLLM's order: the events up to a first text delta that ca
 `FIRST_TOKEN`, a pause of `--pause-ms`, then the rest (more text, the call, the end). The pause
 makes a proxy that buffered the stream visible in the time to first token. The call is to
 `get_order_details`, or to `Bash` when the body declares a tool of that name (the Claude-Code-sized
-requests of bench/overhead.py), so that the call is always one the request declared. Any GET
+requests of bench.overhead), so that the call is always one the request declared. Any GET
 answers a model list. No framework, no parsing beyond HTTP framing and two substring checks:
 whatever time a request takes through a proxy is the proxy's, not this server's.
 

@@ -1,6 +1,6 @@
 """Per-request costs on the proxy's hot path, in-process, each beside what it replaced.
 
-End-to-end figures (bench/overhead.py) cannot resolve a few microseconds on a shared machine;
+End-to-end figures (bench.overhead) cannot resolve a few microseconds on a shared machine;
 these can: CPU time (`time.process_time_ns`) per call, the minimum and median over repeats.
 The last figure is a whole chat request through the proxy's ASGI app, from the scope to the last
 body message, with the upstream stubbed in-process (no sockets, no HTTP server): everything the

@@ -26,7 +26,6 @@ import datetime as dt
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ import httpx
 import yaml
 from rich.console import Console
 
+from bench.processes import free_port
 from evalkit.probe.asking import AskSettings, Target
 from evalkit.probe.command import ask_pending, finish_probe
 from evalkit.probe.contexts import load_contexts
@@ -109,13 +109,6 @@ def stop_rungs(rungs: Sequence[Rung], env: dict[str, str]) -> None:
         stopping = vllm_cpu("stop", rung, env)
         _, err = stopping.communicate()
         print(f"ladder: {rung.label}: {err.strip()}", flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextmanager

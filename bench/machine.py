@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import resource
 from pathlib import Path
 
 
@@ -24,3 +25,9 @@ def machine() -> str:
                 model = line.split(":", 1)[1].strip()
                 break
     return f"{os.cpu_count()} CPUs (`nproc`), {model}, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process (every thread) so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime

@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import datetime as dt
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -49,7 +48,7 @@ import uvloop
 from bench.bodies import request_body
 from bench.drivers import AsgiDriver
 from bench.fake_upstream import completion
-from bench.machine import load_average
+from bench.machine import cpu_seconds, load_average
 from bench.processes import free_port, wait_port
 from bench.tables import markdown_table, spread
 from proxy.app import create_app
@@ -65,11 +64,6 @@ GOAL = 0.80
 ROUTE = "/v1/chat/completions"
 
 Arm = Callable[[int], Awaitable[None]]
-
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 class _Raw(asyncio.Protocol):
@@ -282,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help=f"do not write {OUT.name}")
     args = parser.parse_args(argv)
     port = free_port()
-    # As bench/overhead.py places them: the upstream on CPU 0, this process on CPU 1.
+    # As bench.overhead places them: the upstream on CPU 0, this process on CPU 1.
     two = (os.cpu_count() or 1) >= 2
     upstream = subprocess.Popen(
         [sys.executable, "-m", "bench.fake_upstream", "--port", str(port)],

@@ -1,11 +1,13 @@
 """The one table renderer of the benchmarks: Markdown for the results files, rich for the terminal,
-and the `median (min–max)` spread every report prints beside a figure over rounds."""
+the `median (min–max)` spread every report prints beside a figure over rounds, and the marked
+section of a results file that a benchmark rewrites."""
 
 from __future__ import annotations
 
 import statistics
 import sys
 from collections.abc import Callable, Collection, Iterable, Sequence
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -54,3 +56,16 @@ def spread(values: Sequence[float], render: Callable[[float], str]) -> str:
     if not values:
         return "–"
     return f"{render(statistics.median(values))} ({render(min(values))}–{render(max(values))})"
+
+
+def write_section(path: Path, text: str, begin: str, end: str, *, new: str = "") -> None:
+    """Put `text` (which starts with `begin` and ends with `end`) in place of the section between
+    those markers in `path`, or append it; other sections stay. A missing file starts as `new`."""
+    current = path.read_text() if path.exists() else new
+    if begin in current and end in current:
+        before, rest = current.split(begin, 1)
+        after = rest.split(end, 1)[1]
+        current = before + text + after
+    else:
+        current = current.rstrip("\n") + "\n\n" + text + "\n"
+    path.write_text(current)

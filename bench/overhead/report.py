@@ -13,7 +13,7 @@ from bench.drivers import HIGH_CONCURRENCY, wrk_version
 from bench.machine import machine
 from bench.overhead.measure import RATIO_GOALS, SIDE_BY_SIDE_WORKLOAD, Outcome, Results
 from bench.overhead.targets import BASELINE, SHADOW
-from bench.tables import console, markdown_table, rich_table, spread
+from bench.tables import console, markdown_table, rich_table, spread, write_section
 
 SECTION_BEGIN = "<!-- overhead.py:begin -->"
 SECTION_END = "<!-- overhead.py:end -->"
@@ -466,11 +466,5 @@ def section(results: Results, info: dict[str, Any], argv: list[str]) -> str:
 
 
 def write_results(path: Path, text: str) -> None:
-    current = path.read_text() if path.exists() else results_header()
-    if SECTION_BEGIN in current and SECTION_END in current:
-        before, rest = current.split(SECTION_BEGIN, 1)
-        after = rest.split(SECTION_END, 1)[1]
-        current = before + text + after
-    else:
-        current = current.rstrip("\n") + "\n\n" + text + "\n"
-    path.write_text(current)
+    """Put `text` between this benchmark's markers in `path` (a new file gets the header)."""
+    write_section(path, text, SECTION_BEGIN, SECTION_END, new=results_header())
