@@ -1,5 +1,6 @@
-"""The benchmarks' processes: free loopback ports, CPU placement (`taskset`), and a server started
-in its own process group so that it can be paused, resumed, timed (CPU) and stopped."""
+"""The benchmarks' processes: free loopback ports, CPU placement (`taskset`), a server started in
+its own process group so that it can be paused, resumed, timed (CPU) and stopped, `toolsentry
+serve` started and waited for, the vLLM server scripts/vllm-cpu runs, and a baseline checkout."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,3 +183,54 @@ def baseline_checkout(given: str, workdir: Path) -> Path:
         )
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
     return target
+
+
+@contextlib.contextmanager
+def toolsentry(
+    args: list[str], workdir: Path, *, env: Mapping[str, str] | None = None, timeout: float = 120
+) -> Iterator[str]:
+    """`toolsentry serve` with `args` (its upstream or config) on a free loopback port, its log in
+    `workdir`; yields its root URL (no /v1) once `/readyz` answers 200, and stops it after.
+
+    Raises RuntimeError, with the log's tail, when it exits or is not ready within `timeout` s.
+    """
+    port = free_port()
+    argv = [sys.executable, "-m", "proxy.cli", "serve", *args, "--host", "127.0.0.1"]
+    server = start("proxy", [*argv, "--port", str(port)], port, "/readyz", workdir, dict(env or {}))
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if server.process is not None and server.process.poll() is not None:
+                code = server.process.returncode
+                raise RuntimeError(f"the proxy exited with {code}: {tail(server.log, 20)}")
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(server.url, timeout=5) as response,
+            ):
+                if response.status == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the proxy was not ready in {timeout:.0f} s: {tail(server.log, 20)}"
+                )
+            time.sleep(0.2)
+        yield server.url_for("")
+    finally:
+        server.stop()
+
+
+def find_vllm() -> tuple[str | None, str]:
+    """The running vLLM's base URL (…/v1) from `$TOOLSENTRY_VLLM_URL` or `scripts/vllm-cpu status`,
+    and, when there is none, why."""
+    if url := os.environ.get("TOOLSENTRY_VLLM_URL"):
+        return url.rstrip("/"), ""
+    status = subprocess.run(
+        [str(ROOT / "scripts" / "vllm-cpu"), "status"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    if status.returncode == 0 and status.stdout.strip():
+        return status.stdout.strip().splitlines()[-1].rstrip("/"), ""
+    return None, status.stderr.strip() or f"scripts/vllm-cpu status exited {status.returncode}"
