@@ -70,6 +70,91 @@ def litellm_config(workdir: Path, upstream: str) -> Path:
     return path
 
 
+Commands = dict[str, tuple[list[str], dict[str, str]]]
+"""By target: the command line that serves it and its environment."""
+
+
+def commands_of(
+    wanted: list[str],
+    port: dict[str, int],
+    upstream_port: int,
+    workdir: Path,
+    notes: dict[str, str],
+) -> Commands:
+    """How to start each wanted proxy in front of the fake upstream on `upstream_port`; a target
+    that cannot be started (LiteLLM failing to install) gets a note instead."""
+    python = sys.executable
+    upstream_base = f"http://127.0.0.1:{upstream_port}/v1"
+    commands: Commands = {}
+    for name in ("toolsentry", BASELINE, SHADOW):
+        if name in wanted:
+            commands[name] = (
+                [
+                    python,
+                    "-m",
+                    "proxy.cli",
+                    "serve",
+                    "--upstream",
+                    upstream_base,
+                    "--port",
+                    str(port[name]),
+                ],
+                # Every request shadowed (room for c64 in flight, so none is dropped); the
+                # reference is the fake upstream itself (a fast one, named after its
+                # address), so the copy costs the proxy, not a model.
+                {
+                    "TOOLSENTRY_SHADOW_REFERENCE": f"127.0.0.1:{upstream_port}",
+                    "TOOLSENTRY_SHADOW_SAMPLE": "1.0",
+                    "TOOLSENTRY_SHADOW_MAX_IN_FLIGHT": str(2 * HIGH_CONCURRENCY),
+                }
+                if name == SHADOW
+                else {},
+            )
+    for client in ("aiohttp", "httpx"):
+        if f"pass-{client}" in wanted:
+            commands[f"pass-{client}"] = (
+                [
+                    python,
+                    "-m",
+                    "bench.passthrough",
+                    "--client",
+                    client,
+                    "--upstream",
+                    upstream_base,
+                    "--port",
+                    str(port[f"pass-{client}"]),
+                ],
+                {},
+            )
+    if "litellm" in wanted:
+        exe, version = ensure_litellm(LITELLM_VENV)
+        if exe is None:
+            notes["litellm"] = f"skipped: {version}"
+        else:
+            notes["litellm"] = f"LiteLLM {version}"
+            commands["litellm"] = (
+                [
+                    str(exe),
+                    "--config",
+                    str(litellm_config(workdir, upstream_base)),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port["litellm"]),
+                    "--num_workers",
+                    "1",
+                ],
+                {
+                    "LITELLM_LOG": "ERROR",
+                    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                    "LITELLM_TELEMETRY": "False",
+                    # No master key: LiteLLM then skips key checks, as toolsentry does here.
+                    "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
+                },
+            )
+    return commands
+
+
 @contextlib.contextmanager
 def servers(
     wanted: list[str],
@@ -80,9 +165,7 @@ def servers(
 ) -> Iterator[tuple[dict[str, Server], dict[str, str]]]:
     """Start the upstream and every wanted proxy; yield the running ones and skip notes."""
     route = WORKLOADS["chat"].route  # every target serves it: the readiness check
-    python = sys.executable
     checkouts = checkouts or {}
-    upstream_base = f"http://127.0.0.1:{upstream_port}/v1"
     running: dict[str, Server] = {}
     notes: dict[str, str] = {}
     started: list[Server] = []
@@ -91,7 +174,7 @@ def servers(
             "upstream",
             pinned(
                 placement.upstream,
-                [python, "-m", "bench.fake_upstream", "--port", str(upstream_port)],
+                [sys.executable, "-m", "bench.fake_upstream", "--port", str(upstream_port)],
             ),
             upstream_port,
             route,
@@ -104,74 +187,8 @@ def servers(
         running["direct"] = Server(
             "direct", upstream_port, route, upstream.process, upstream.log, False
         )
-        commands: dict[str, tuple[list[str], dict[str, str]]] = {}
         port = {name: free_port() for name in [*wanted, BASELINE]}
-        for name in ("toolsentry", BASELINE, SHADOW):
-            if name in wanted:
-                commands[name] = (
-                    [
-                        python,
-                        "-m",
-                        "proxy.cli",
-                        "serve",
-                        "--upstream",
-                        upstream_base,
-                        "--port",
-                        str(port[name]),
-                    ],
-                    # Every request shadowed (room for c64 in flight, so none is dropped); the
-                    # reference is the fake upstream itself (a fast one, named after its
-                    # address), so the copy costs the proxy, not a model.
-                    {
-                        "TOOLSENTRY_SHADOW_REFERENCE": f"127.0.0.1:{upstream_port}",
-                        "TOOLSENTRY_SHADOW_SAMPLE": "1.0",
-                        "TOOLSENTRY_SHADOW_MAX_IN_FLIGHT": str(2 * HIGH_CONCURRENCY),
-                    }
-                    if name == SHADOW
-                    else {},
-                )
-        for client in ("aiohttp", "httpx"):
-            if f"pass-{client}" in wanted:
-                commands[f"pass-{client}"] = (
-                    [
-                        python,
-                        "-m",
-                        "bench.passthrough",
-                        "--client",
-                        client,
-                        "--upstream",
-                        upstream_base,
-                        "--port",
-                        str(port[f"pass-{client}"]),
-                    ],
-                    {},
-                )
-        if "litellm" in wanted:
-            exe, version = ensure_litellm(LITELLM_VENV)
-            if exe is None:
-                notes["litellm"] = f"skipped: {version}"
-            else:
-                notes["litellm"] = f"LiteLLM {version}"
-                commands["litellm"] = (
-                    [
-                        str(exe),
-                        "--config",
-                        str(litellm_config(workdir, upstream_base)),
-                        "--host",
-                        "127.0.0.1",
-                        "--port",
-                        str(port["litellm"]),
-                        "--num_workers",
-                        "1",
-                    ],
-                    {
-                        "LITELLM_LOG": "ERROR",
-                        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                        "LITELLM_TELEMETRY": "False",
-                        # No master key: LiteLLM then skips key checks, as toolsentry does here.
-                        "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
-                    },
-                )
+        commands = commands_of(wanted, port, upstream_port, workdir, notes)
         for name, (argv, env) in commands.items():
             cwd = checkouts.get(name, ROOT)
             server = start(
