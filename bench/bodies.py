@@ -1,4 +1,4 @@
-"""The request bodies bench/overhead.py sends: one agent turn in each wire protocol, at two sizes.
+"""The request bodies bench.overhead sends: one agent turn in each wire protocol, at two sizes.
 
 - `small`: one turn of a retail conversation (system, user, a tool round trip, a follow-up) with
   17 τ²-bench-like tools, about 7 kB; on the Responses API as instructions and input items, on
@@ -20,6 +20,7 @@ The canned answer (bench/fake_upstream.py) calls `get_order_details` for the sma
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -376,3 +377,31 @@ def request_body(stream: bool = False, api: str = "chat", size: str = "small") -
     if stream:
         body["stream"] = True
     return orjson.dumps(body)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One request measured: a wire protocol's route and a body size (bench/bodies.py)."""
+
+    name: str
+    api: str
+    size: str
+    route: str
+    ttft: bool  # also streamed one at a time for the time to first token
+
+    def body(self, stream: bool = False) -> bytes:
+        return request_body(stream=stream, api=self.api, size=self.size)
+
+
+WORKLOADS = {
+    w.name: w
+    for w in (
+        Workload("chat", "chat", "small", "/v1/chat/completions", True),
+        Workload("responses", "responses", "small", "/v1/responses", True),
+        Workload("messages", "messages", "small", "/v1/messages", True),
+        Workload("chat-large", "chat", "large", "/v1/chat/completions", False),
+        # Claude Code's own route, query string and all.
+        Workload("messages-large", "messages", "large", "/v1/messages?beta=true", False),
+    )
+}
+"""What `--workloads` chooses among; small bodies are about 7 kB, large ones about 75 kB."""

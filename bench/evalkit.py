@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import datetime as dt
 import io
-import resource
 import statistics
 import sys
 import tempfile
@@ -46,7 +45,8 @@ from typing import Any
 
 from rich.console import Console
 
-from bench.overhead import load_average, machine, markdown_table, rich_table
+from bench.machine import cpu_seconds, load_average, machine
+from bench.tables import markdown_table, rich_table, write_section
 from evalkit.domains import get_domain
 from evalkit.domains.base import Domain
 from evalkit.replay import Replay, ReplayOptions, reward_of
@@ -187,12 +187,6 @@ async def play(replay: Replay, base_url: str) -> tuple[float, float]:
     cpu, started = cpu_seconds(), time.perf_counter()
     await replay.run(base_url)
     return time.perf_counter() - started, cpu_seconds() - cpu
-
-
-def cpu_seconds() -> float:
-    """User + system CPU time of this process (every thread) so far."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def measure_once(options: ReplayOptions, running: Servers, target: str, workdir: Path) -> Sample:
@@ -409,18 +403,6 @@ def section(
     return "\n".join(parts)
 
 
-def write_results(path: Path, text: str) -> None:
-    """Put `text` between this script's markers in `path`, or append it; other sections stay."""
-    current = path.read_text()
-    if SECTION_BEGIN in current and SECTION_END in current:
-        before, rest = current.split(SECTION_BEGIN, 1)
-        after = rest.split(SECTION_END, 1)[1]
-        current = before + text + after
-    else:
-        current = current.rstrip("\n") + "\n\n" + text + "\n"
-    path.write_text(current)
-
-
 def names(value: str) -> list[str]:
     return [x.strip() for x in value.split(",") if x.strip()]
 
@@ -460,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     show(cells, args)
     console.print(f"[dim]{time.monotonic() - started:.0f} s[/]")
     if not args.no_write:
-        write_results(RESULTS, section(cells, info, args, sys.argv[1:] if argv is None else argv))
+        text = section(cells, info, args, sys.argv[1:] if argv is None else argv)
+        write_section(RESULTS, text, SECTION_BEGIN, SECTION_END)
         console.print(f"wrote {RESULTS.relative_to(ROOT)}")
     return 0
 

@@ -8,9 +8,16 @@ server-sent events, in vLLM's order: the events up to a first text delta that ca
 `FIRST_TOKEN`, a pause of `--pause-ms`, then the rest (more text, the call, the end). The pause
 makes a proxy that buffered the stream visible in the time to first token. The call is to
 `get_order_details`, or to `Bash` when the body declares a tool of that name (the Claude-Code-sized
-requests of bench/overhead.py), so that the call is always one the request declared. Any GET
+requests of bench.overhead), so that the call is always one the request declared. Any GET
 answers a model list. No framework, no parsing beyond HTTP framing and two substring checks:
 whatever time a request takes through a proxy is the proxy's, not this server's.
+
+Paced mode, for bench.streaming: a chat POST under `/paced/` (`/paced/v1/chat/completions`; give
+a proxy `…/paced/v1` as its upstream) is parsed and answered like a model decoding: `max_tokens`
+content chunks `bench_gap_ms` apart, each stamped with the upstream's `time.monotonic_ns()` in a
+top-level field `t` (the clock is system-wide, so a client can tell each chunk's delivery
+latency), then with `bench_tool_call` one tool call, then the finish; without `stream`, one
+plain answer of `max_tokens` tokens.
 
     python -m bench.fake_upstream --port 9101 [--pause-ms 5]
 """
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -202,7 +210,7 @@ def _anthropic_answer(call: CannedCall) -> Answer:
 
 def message(call: CannedCall = ORDER_CALL) -> dict[str, Any]:
     """The canned Anthropic `message`: the same answer, a text block then one `tool_use` block
-    (vLLM's Messages shapes, written by proxy/answers/messages.py)."""
+    (vLLM's Messages shapes, written by proxy/protocols/messages/answer.py)."""
     return anthropic.body(_anthropic_answer(call))
 
 
@@ -291,12 +299,66 @@ def _api_of(url: bytes) -> str:
     return "chat"
 
 
+# -- paced mode (bench.streaming) ------------------------------------------------------------------
+
+PACED = b"/paced/"
+
+
+def _paced_chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    body = {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": MODEL,
+        "t": time.monotonic_ns(),
+        "choices": [choice],
+    }
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def _paced_plain(count: int) -> bytes:
+    message = {"role": "assistant", "content": "".join(f"tok{i} " for i in range(count))}
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}
+    body = {"id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": MODEL}
+    body |= {"choices": [choice], "usage": {"prompt_tokens": 1, "completion_tokens": count}}
+    return _plain(b"200 OK", b"application/json", orjson.dumps(body))
+
+
+async def _paced_stream(transport: asyncio.Transport, request: dict[str, Any]) -> None:
+    """Write a paced stream (see the module's docstring), each event a chunk of its own."""
+    count, gap = int(request.get("max_tokens", 20)), float(request.get("bench_gap_ms", 0)) / 1000
+
+    def emit(data: bytes) -> None:
+        if not transport.is_closing():
+            transport.write(_chunked(data))
+
+    transport.write(_STREAM_HEADERS)
+    emit(_paced_chunk({"role": "assistant", "content": ""}))
+    for i in range(count):
+        if gap:
+            await asyncio.sleep(gap)
+        emit(_paced_chunk({"content": f"tok{i} "}))
+    finish = "stop"
+    if request.get("bench_tool_call"):
+        head = {"index": 0, "id": "call_1", "type": "function"}
+        emit(_paced_chunk({"tool_calls": [head | {"function": {"name": "get_order_details"}}]}))
+        arguments = '{"order_id": "#W1"}'
+        emit(_paced_chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]}))
+        finish = "tool_calls"
+    emit(_paced_chunk({}, finish) + b"data: [DONE]\n\n")
+    if not transport.is_closing():
+        transport.write(b"0\r\n\r\n")
+
+
 class _Connection(asyncio.Protocol):
     def __init__(self, pause: float) -> None:
         self._pause = pause
         self._parser = httptools.HttpRequestParser(self)
         self._body: list[bytes] = []
         self._api = "chat"
+        self._paced = False
+        self._stream: asyncio.Task[None] | None = None  # a paced stream being written
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -317,6 +379,7 @@ class _Connection(asyncio.Protocol):
         self._body.clear()
 
     def on_url(self, url: bytes) -> None:
+        self._paced = url.startswith(PACED)
         self._api = _api_of(url)
 
     def on_body(self, body: bytes) -> None:
@@ -329,6 +392,9 @@ class _Connection(asyncio.Protocol):
             transport.write(MODELS)
             return
         body = b"".join(self._body)
+        if self._paced:
+            self._answer_paced(orjson.loads(body))
+            return
         call = BASH_CALL if _BASH_DECLARED in body else ORDER_CALL
         canned = CANNED[self._api, call]
         if b'"stream":true' in body or b'"stream": true' in body:
@@ -338,6 +404,16 @@ class _Connection(asyncio.Protocol):
             )
             return
         transport.write(canned.plain)
+
+    def _answer_paced(self, request: dict[str, Any]) -> None:
+        assert self._transport is not None
+        if request.get("stream"):
+            # The client waits for this answer before its next request: no two overlap.
+            self._stream = asyncio.get_running_loop().create_task(
+                _paced_stream(self._transport, request)
+            )
+        else:
+            self._transport.write(_paced_plain(int(request.get("max_tokens", 20))))
 
     def _finish_stream(self, tail: bytes) -> None:
         if self._transport is not None and not self._transport.is_closing():

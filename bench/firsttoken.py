@@ -4,8 +4,8 @@ A streamed request of bench/bodies.py through create_app's ASGI app, with the up
 in-process (its canned stream from bench/fake_upstream.py, no sockets, no HTTP server): from the
 ASGI call to the `http.response.start` message (headers) and to the first body message that
 carries the first token. CPU time (`time.process_time_ns`) and wall time, medians over
-requests, after a warm-up and `gc.freeze()` as the proxy does at startup (bench/asgi.py's driver). End-to-end TTFT on a
-machine shared with other work is mostly scheduling; this is the part that is the proxy's code.
+requests, after a warm-up and `gc.freeze()` as the proxy does at startup (bench/drivers.py's
+AsgiDriver). End-to-end TTFT on a machine shared with other work is mostly scheduling; this is the part that is the proxy's code.
 
     python -m bench.firsttoken [--requests 2000] [--profile chat]
 """
@@ -25,8 +25,8 @@ from typing import Any
 import uvloop
 from starlette.types import Message, Receive, Scope, Send
 
-from bench.asgi import Driver
 from bench.bodies import request_body
+from bench.drivers import AsgiDriver
 from bench.fake_upstream import FIRST_TOKEN, message_events, response_events, stream_events
 from proxy.app import create_app
 from proxy.config import Settings, UpstreamConfig
@@ -89,7 +89,7 @@ def measure(api: str, requests: int, profiler: cProfile.Profile | None = None) -
 
         await app(scope, receive, noting)
 
-    driver = Driver(timed, request_body(stream=True, api=api), ROUTES[api])
+    driver = AsgiDriver(timed, request_body(stream=True, api=api), ROUTES[api])
 
     async def one(profile: bool) -> None:
         got[:] = [time.process_time_ns(), time.perf_counter_ns()]

@@ -1,6 +1,6 @@
 """Per-request costs on the proxy's hot path, in-process, each beside what it replaced.
 
-End-to-end figures (bench/overhead.py) cannot resolve a few microseconds on a shared machine;
+End-to-end figures (bench.overhead) cannot resolve a few microseconds on a shared machine;
 these can: CPU time (`time.process_time_ns`) per call, the minimum and median over repeats.
 The last figure is a whole chat request through the proxy's ASGI app, from the scope to the last
 body message, with the upstream stubbed in-process (no sockets, no HTTP server): everything the
@@ -23,9 +23,9 @@ from typing import Any
 import orjson
 from fastapi import FastAPI
 
-from bench.asgi import Driver
+from bench.bodies import request_body
+from bench.drivers import AsgiDriver
 from bench.fake_upstream import completion
-from bench.overhead import request_body
 from proxy.config import Settings
 from proxy.guard import toolcheck
 from proxy.guard.leakformats import FAMILIES, FORMATS
@@ -64,7 +64,7 @@ def app_request_us(raw: bytes, loops: int, repeat: int) -> tuple[float, float]:
         Settings(upstreams=[{"name": "stub", "base_url": "http://stub/v1"}]),
         upstreams=[StubUpstream()],  # type: ignore[list-item]
     )
-    driver = Driver(app, raw)
+    driver = AsgiDriver(app, raw)
 
     async def run() -> tuple[float, float]:
         await driver.request()

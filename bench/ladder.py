@@ -26,12 +26,11 @@ import datetime as dt
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ import httpx
 import yaml
 from rich.console import Console
 
+from bench.processes import toolsentry
 from evalkit.probe.asking import AskSettings, Target
 from evalkit.probe.command import ask_pending, finish_probe
 from evalkit.probe.contexts import load_contexts
@@ -111,13 +111,6 @@ def stop_rungs(rungs: Sequence[Rung], env: dict[str, str]) -> None:
         print(f"ladder: {rung.label}: {err.strip()}", flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextmanager
 def proxy_in_front(urls: dict[Rung, str], workdir: Path) -> Iterator[str]:
     """A toolsentry proxy subprocess routing each rung's model to its server (repair: reask)."""
@@ -131,35 +124,12 @@ def proxy_in_front(urls: dict[Rung, str], workdir: Path) -> Iterator[str]:
     }
     path = workdir / "proxy.yaml"
     path.write_text(yaml.safe_dump(config))
-    port = free_port()
-    log = (workdir / "proxy.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path), "--port", str(port)],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                sys.exit(f"ladder: the proxy exited with {process.returncode}; see {log.name}")
-            with suppress(httpx.TransportError):
-                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                sys.exit(f"ladder: the proxy was not ready in 120 s; see {log.name}")
-            time.sleep(0.5)
-        yield f"{url}/v1"
-    finally:
-        process.terminate()
+    with ExitStack() as stack:
         try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+            url = stack.enter_context(toolsentry(["--config", str(path)], workdir))
+        except RuntimeError as exc:
+            sys.exit(f"ladder: {exc}")
+        yield f"{url}/v1"
 
 
 async def prompt_tokens(

@@ -46,10 +46,11 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from bench.overhead import load_average, machine, markdown_table
+from bench.machine import load_average, machine
+from bench.processes import find_vllm, toolsentry
+from bench.tables import markdown_table
 from evalkit.analysis.stats import wilson_interval
 from proxy.testing import LoopbackServer
-from tests.live.conftest import find_vllm, running_proxy
 from tests.live.scenarios import MODES as LIVE_MODES
 from tests.live.scenarios import (
     PROMPTS,
@@ -251,8 +252,8 @@ def run_arm(
     arm: Arm, relay: Relay, relay_url: str, prompts: list[Prompt], modes: list[str], max_tokens: int
 ) -> ArmResult:
     outcomes: list[Outcome] = []
-    log = Path(tempfile.mkdtemp(prefix="bench-repair-")) / f"proxy-{arm.name}.log"
-    with running_proxy(f"{relay_url}/v1", log, env=arm.environment()) as url:
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-repair-{arm.name}-"))
+    with toolsentry(["--upstream", f"{relay_url}/v1"], workdir, env=arm.environment()) as url:
         before = httpx.get(f"{url}/metrics", timeout=30).text
         with openai.OpenAI(
             base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=900

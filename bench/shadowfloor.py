@@ -6,8 +6,8 @@ measures, in one process and in the same rounds (arms interleaved, the order rev
 other round; CPU time from getrusage; concurrency 16 against bench/fake_upstream.py on loopback;
 on two CPUs or more the upstream runs on CPU 0 and this process on CPU 1):
 
-- `request`: one chat request through the proxy's ASGI app, shadowing off (bench/asgi.py's
-  driver: no client sockets, so the proxy's own work and its upstream exchange);
+- `request`: one chat request through the proxy's ASGI app, shadowing off (bench/drivers.py's
+  AsgiDriver: no client sockets, so the proxy's own work and its upstream exchange);
 - `request, shadowed`: the same app with every request shadowed, the fake upstream as the
   reference (what a pair costs today is the difference);
 - `reference exchange`: the shadow's own client (`HttpUpstream`, no retries) as the shadow sends
@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import datetime as dt
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -46,11 +45,12 @@ import httptools
 import orjson
 import uvloop
 
-from bench.asgi import Driver
 from bench.bodies import request_body
+from bench.drivers import AsgiDriver
 from bench.fake_upstream import completion
-from bench.overhead import load_average
-from bench.tracing import free_port, wait_port
+from bench.machine import cpu_seconds, load_average
+from bench.processes import free_port, wait_port
+from bench.tables import markdown_table, spread
 from proxy.app import create_app
 from proxy.config import Settings, UpstreamConfig
 from proxy.errors import UpstreamError
@@ -64,11 +64,6 @@ GOAL = 0.80
 ROUTE = "/v1/chat/completions"
 
 Arm = Callable[[int], Awaitable[None]]
-
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 class _Raw(asyncio.Protocol):
@@ -122,7 +117,7 @@ async def arms(port: int, stack: contextlib.AsyncExitStack) -> dict[str, Arm]:
         apps[name] = app
 
     def through(app: Any) -> Arm:
-        driver = Driver(app, body, ROUTE)
+        driver = AsgiDriver(app, body, ROUTE)
 
         async def arm(n: int) -> None:
             async def worker(count: int) -> None:
@@ -242,10 +237,6 @@ async def measure(port: int, rounds: int, requests: int) -> dict[str, list[float
         return out
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.1f} ({min(values):.1f}–{max(values):.1f})"
-
-
 def report(out: dict[str, list[float]], argv: list[str], load: tuple[str, str], took: float) -> str:
     med = {name: statistics.median(values) for name, values in out.items()}
     request = med["request"]
@@ -262,9 +253,9 @@ def report(out: dict[str, list[float]], argv: list[str], load: tuple[str, str], 
         f"CPU µs of the process per operation at concurrency {CONCURRENCY}, median (min–max) "
         "over rounds, the arms interleaved in each round (see the script's docstring):",
         "",
-        "| operation | CPU µs |",
-        "|---|---|",
-        *(f"| {name} | {spread(values)} |" for name, values in out.items()),
+        markdown_table(
+            ["operation", "CPU µs"], [[n, spread(v, "{:.1f}".format)] for n, v in out.items()]
+        ),
         "",
         f"- A pair costs today {pair:.1f} µs ({pair / request:.2f} of a request): shadowing every "
         f"request leaves {request / (request + pair):.0%} of the throughput on one core.",
@@ -285,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help=f"do not write {OUT.name}")
     args = parser.parse_args(argv)
     port = free_port()
-    # As bench/overhead.py places them: the upstream on CPU 0, this process on CPU 1.
+    # As bench.overhead places them: the upstream on CPU 0, this process on CPU 1.
     two = (os.cpu_count() or 1) >= 2
     upstream = subprocess.Popen(
         [sys.executable, "-m", "bench.fake_upstream", "--port", str(port)],

@@ -19,12 +19,12 @@ the stages are, cumulatively:
 A stage is the shipped proxy with methods of `proxy.shadow.Shadow` replaced in its own process
 (this module's `--serve STAGE`, which then runs `proxy.cli`): nothing in the proxy knows of it.
 Each stage and a proxy with shadowing off run side by side on the proxy's core (both resumed at
-once, each under its own wrk at concurrency 64, as bench/overhead.py's `measure_side_by_side`):
+once, each under its own wrk at concurrency 64, as bench.overhead's `measure_side_by_side`):
 their requests/s ratio is the inverse ratio of their CPU per request, whatever speed the shared
 core ran at. `off` beside another `off` (A/A) is the method's own noise. The upstream
 (bench/fake_upstream.py) is also the reference; it and the load generators run on CPU 0, the
 proxies on CPU 1. `--baseline COMMIT` adds the `full` stage of that commit's proxy (its `proxy/`
-extracted, as bench/overhead.py's `--baseline`), beside the same `off`, in the same rounds: a
+extracted, as bench.overhead's `--baseline`), beside the same `off`, in the same rounds: a
 change's effect on the shadow's cost, free of the drift between two runs.
 
     python -m bench.shadowstages [--rounds 3] [--duration 4] [--baseline COMMIT] [--no-write]
@@ -48,20 +48,19 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from bench.overhead import (
-    HIGH_CONCURRENCY,
-    WORKLOADS,
+from bench.bodies import WORKLOADS
+from bench.drivers import HIGH_CONCURRENCY, side_by_side
+from bench.machine import load_average, machine
+from bench.processes import (
     Placement,
     Server,
     baseline_checkout,
     free_port,
-    load_average,
-    machine,
     pinned,
-    side_by_side,
     start,
     wait_ready,
 )
+from bench.tables import markdown_table, spread
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results" / "shadowstages.md"
@@ -258,7 +257,7 @@ def measure(args: argparse.Namespace) -> dict[str, list[float]]:
 
 def report(ratios: dict[str, list[float]], args: argparse.Namespace, began: str) -> str:
     def cell(values: list[float]) -> str:
-        return f"{statistics.median(values):.3f} ({min(values):.3f}–{max(values):.3f})"
+        return spread(values, lambda v: f"{v:.3f}")
 
     def share(values: list[float]) -> str:
         # What the stage's pair costs, as a share of a request: 1/ratio − 1.
@@ -284,20 +283,20 @@ def report(ratios: dict[str, list[float]], args: argparse.Namespace, began: str)
         "median (min–max) over rounds; a pair's cost as a share of a request is 1 ÷ ratio − 1 "
         f"(the {GOAL:.0%} goal leaves {1 / GOAL - 1:.2f}).",
         "",
-        "| stage | req/s ÷ off | a pair, share of a request | this stage's part of the pair |",
-        "|---|---|---|---|",
     ]
     costs = {name: 1 / statistics.median(v) - 1 for name, v in ratios.items() if name != "off-b"}
     whole, before = costs.get("full"), 0.0
+    body = []
     for name, values in ratios.items():
         if name in ("off-b", BASELINE):
             shown = "–" if name == "off-b" else share(values)
-            lines.append(f"| {labels[name]} | {cell(values)} | {shown} | – |")
+            body.append([labels[name], cell(values), shown, "–"])
             continue
         part = "–" if not whole else f"{(costs[name] - before) / whole:.0%}"
         before = costs[name]
-        lines.append(f"| {labels[name]} | {cell(values)} | {share(values)} | {part} |")
-    lines.append("")
+        body.append([labels[name], cell(values), share(values), part])
+    header = ["stage", "req/s ÷ off", "a pair, share of a request", "this stage's part of the pair"]
+    lines += [markdown_table(header, body), ""]
     if whole and "exchange" in costs and "socket" in costs:
         # What the pair would cost with an upstream client as cheap as the bare protocol.
         floor = whole - (costs["exchange"] - costs["socket"])

@@ -1,7 +1,7 @@
 """What tracing costs the proxy: CPU and wall p50 per chat request with tracing off, on, and on the code before.
 
-Each arm is a fresh process that drives the proxy's ASGI app in-process (`bench.asgi.Driver`, the
-driver bench.hotpath uses too), with the real aiohttp upstream client, against
+Each arm is a fresh process that drives the proxy's ASGI app in-process (`bench.drivers.AsgiDriver`, the
+driver bench.hotpath uses too), with the proxy's own upstream client, against
 `bench.fake_upstream` in a process of its own; with tracing on, the proxy's OTLP/HTTP exporter
 sends to a receiver in a third process that decodes nothing. The figures are CPU time of the
 proxy's process per request (`time.process_time`, every thread: the exporter's thread is counted
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,7 +34,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.overhead import load_average, machine
+from bench.machine import load_average, machine
+from bench.processes import free_port, wait_port
+from bench.tables import markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "tracing.md"
@@ -54,22 +55,6 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error")
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
-
-
 @contextmanager
 def process(*argv: str, port: int, env: dict[str, str] | None = None) -> Iterator[None]:
     proc = subprocess.Popen(argv, env=env, cwd=ROOT)
@@ -85,8 +70,8 @@ def measure(upstream_port: int, endpoint: str | None, requests: int) -> dict[str
     """In this process: CPU µs per request and the wall p50 through a fresh app (the child's job)."""
     import uvloop
 
-    from bench.asgi import Driver
-    from bench.overhead import request_body
+    from bench.bodies import request_body
+    from bench.drivers import AsgiDriver
     from proxy.app import create_app
     from proxy.config import Settings
 
@@ -99,7 +84,7 @@ def measure(upstream_port: int, endpoint: str | None, requests: int) -> dict[str
         app = create_app(Settings(**settings), environ={})
     except Exception as exc:  # the baseline has no otlp_endpoint setting: off is all it has
         raise SystemExit(f"cannot build the app: {exc}") from exc
-    driver = Driver(app, request_body())
+    driver = AsgiDriver(app, request_body())
 
     async def run() -> dict[str, float]:
         walls: list[float] = []
@@ -220,22 +205,23 @@ def summarise(samples: dict[str, list[dict[str, float]]]) -> list[str]:
     median (min–max) of the rounds' differences: arms of one round ran side by side, so a
     round's difference is little moved by how busy the machine was in that round."""
     off = samples[OFF]
-    lines = [
-        "| arm | CPU µs / request, median (min–max) | wall p50 µs at c1, median (min–max) "
-        "| CPU µs beside tracing off, per round | wall p50 µs beside tracing off, per round |",
-        "|---|---|---|---|---|",
+    header = [
+        "arm",
+        "CPU µs / request, median (min–max)",
+        "wall p50 µs at c1, median (min–max)",
+        "CPU µs beside tracing off, per round",
+        "wall p50 µs beside tracing off, per round",
     ]
+    body = []
     for name, rows in samples.items():
-        beside = "| | |"
+        beside = ["", ""]
         if name != OFF:
             cpu = [r["cpu_us"] - o["cpu_us"] for r, o in zip(rows, off, strict=True)]
             wall = [r["wall_p50_us"] - o["wall_p50_us"] for r, o in zip(rows, off, strict=True)]
-            beside = f"| {_spread(cpu, signed=True)} | {_spread(wall, signed=True)} |"
-        lines.append(
-            f"| {name} | {_spread([r['cpu_us'] for r in rows])} "
-            f"| {_spread([r['wall_p50_us'] for r in rows])} {beside}"
-        )
-    return lines
+            beside = [_spread(cpu, signed=True), _spread(wall, signed=True)]
+        cells = [_spread([r["cpu_us"] for r in rows]), _spread([r["wall_p50_us"] for r in rows])]
+        body.append([name, *cells, *beside])
+    return markdown_table(header, body).split("\n")
 
 
 @dataclass(frozen=True)
@@ -325,8 +311,8 @@ def main() -> None:
         f"- Machine: {machine()}; load average (1, 5, 15 min) {load_before} before the run, "
         f"{load_after} after it\n"
         f"- {args.rounds} rounds × {args.requests} chat requests per arm, concurrency 1, arms "
-        "alternating in fresh processes: the in-process ASGI app (bench/asgi.py) → the real aiohttp "
-        "client → bench.fake_upstream; tracing on exports every span over OTLP/HTTP to a receiver "
+        "alternating in fresh processes: the in-process ASGI app (bench/drivers.py's AsgiDriver) → the proxy's upstream client "
+        "→ bench.fake_upstream; tracing on exports every span over OTLP/HTTP to a receiver "
         "in another process. CPU is the proxy process's, every thread (the exporter's too).\n"
         + busy(load_before, load_after)
         + "\n"

@@ -18,7 +18,6 @@ Results: bench/results/upstreamclient.md.
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import time
@@ -30,8 +29,9 @@ import aiohttp
 import uvloop
 
 from bench.bodies import request_body
-from bench.overhead import load_average, machine
-from bench.tracing import free_port, wait_port
+from bench.machine import load_average, machine
+from bench.processes import free_port, wait_port
+from bench.tables import markdown_table, spread
 from proxy.config import UpstreamConfig
 from proxy.upstream import HttpUpstream
 
@@ -121,7 +121,7 @@ async def measure(port: int, rounds: int, requests: int) -> dict[str, dict[str, 
 
 
 def _spread(values: list[float], form: str = ".1f") -> str:
-    return f"{statistics.median(values):{form}} ({min(values):{form}}–{max(values):{form}})"
+    return spread(values, lambda v: f"{v:{form}}")
 
 
 def report(samples: dict[str, dict[str, list[float]]], command: str, loads: tuple[str, str]) -> str:
@@ -134,13 +134,14 @@ def report(samples: dict[str, dict[str, list[float]]], command: str, loads: tupl
         "CPU µs of the process per request, median (min–max) over rounds; the ratio is aiohttp's",
         "÷ proxy/http1.py's of the same round.",
         "",
-        "| request | aiohttp | proxy/http1.py | aiohttp ÷ http1 |",
-        "|---|---|---|---|",
     ]
+    body = []
     for kind in samples["http1"]:
         own, theirs = samples["http1"][kind], samples["aiohttp"][kind]
         ratios = [a / b for a, b in zip(theirs, own, strict=True)]
-        lines.append(f"| {kind} | {_spread(theirs)} | {_spread(own)} | {_spread(ratios, '.2f')}× |")
+        body.append([kind, _spread(theirs), _spread(own), f"{_spread(ratios, '.2f')}×"])
+    header = ["request", "aiohttp", "proxy/http1.py", "aiohttp ÷ http1"]
+    lines.append(markdown_table(header, body))
     return "\n".join(lines) + "\n"
 
 

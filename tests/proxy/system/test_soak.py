@@ -1,6 +1,7 @@
-"""A small soak (bench/soak.py at 1,000 requests, concurrency 20, half of each kind streamed): a
-proxy process in front of a scripted upstream process keeps every count equal to the scripted
-truth, for JSON and streamed answers alike, and its memory flat."""
+"""A small soak (tests/proxy/system/soak.py, which `python -m bench.soak` runs at full size) at
+1,000 requests, concurrency 20, half of each kind streamed: a proxy process in front of a
+scripted upstream process keeps every count equal to the scripted truth, for JSON and streamed
+answers alike, and its memory flat."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak import run_soak
+from tests.proxy.system.soak import run_soak
 
 MIB = 1024
 
