@@ -39,7 +39,7 @@ from proxy.shadow import (
     open_shadow,
     reference_upstream,
 )
-from proxy.shadowlog import ShadowLog
+from proxy.shadow_log_writer import ShadowLog
 from proxy.shadowstats import Decision, Pair, figures, pair_counts, tally_pairs
 from proxy.testing import (
     Fault,
