@@ -189,7 +189,8 @@ def reference_upstream(
 
 
 class Shadow:
-    """Mirrors sampled requests to the reference and counts the pairs (see the module doc)."""
+    """Mirrors sampled requests to the reference and counts the pairs (see the module doc: what
+    is in flight, what ends it, how counts are batched)."""
 
     def __init__(
         self,
@@ -274,11 +275,12 @@ class Shadow:
         return True
 
     def _start(self, request: ShadowRequest, entry: _InFlight, trace: Any) -> None:
-        """scheduled → sent: the request goes to the reference."""
+        """The scheduled start, once the turn's step has ended: scheduled → sent."""
         entry.job = self._send_now(request, trace)
 
     def _send_now(self, request: ShadowRequest, trace: Any) -> Sent | None:
-        """Send `request` to the reference, its answer to `_replied`."""
+        """Send `request` to the reference, its answer to `_replied`: the upstream's `Sent`
+        (never None: with no idle connection, the upstream sends it from a task of its own)."""
         if self._log is not None and request.request_id is None:
             # The answer's callback runs outside the request's context: its id is kept now.
             request.request_id = structlog.contextvars.get_contextvars().get("request_id")
@@ -299,8 +301,9 @@ class Shadow:
             self._drained.set_result(None)
 
     def _expire(self) -> None:
-        """sent → ended: the requests past their deadline are cancelled and counted as timeouts;
-        then the timer waits for the next deadline."""
+        """The `_expiry` timer: the requests past their deadline (sent, or in a loop too busy to
+        have started them) are cancelled and counted as timeouts; then the timer waits for the
+        next deadline."""
         self._expiry = None
         loop = asyncio.get_running_loop()
         now = loop.time()

@@ -231,14 +231,20 @@ def chat_request_headers(headers: Mapping[str, str]) -> dict[str, str]:
 class _Prepared:
     """A request's URL, its target (path and query, quoted) and the headers it goes with, worked
     out once per (path, headers) and shared between requests: never changed (a traced try
-    copies the headers before it adds its `traceparent`)."""
+    copies the headers before it adds its `traceparent`). `untraced` is the `_Try` of every
+    untraced try of it, made once: it has no span, so nothing in it changes."""
 
-    __slots__ = ("headers", "target", "url")
+    __slots__ = ("headers", "target", "untraced", "url")
 
-    def __init__(self, url: str, target: str, headers: dict[str, str]) -> None:
+    def __init__(self, name: str, url: str, target: str, headers: dict[str, str]) -> None:
         self.url = url
         self.target = target
         self.headers = headers
+        self.untraced = _Try(name, self, None)
+
+    def attempt(self, trace: RequestTrace | None) -> _Try:
+        """A try of this request, a span of `trace` when there is one."""
+        return self.untraced if trace is None else _Try(self.untraced.name, self, trace)
 
 
 class _Try:
@@ -246,19 +252,19 @@ class _Try:
     the one boundary where what the pool, the socket or asyncio raise becomes an `Upstream*`
     error.
 
-    Traced, the try's headers are a copy with its `traceparent` added. Its span ends once
-    (`end`): with its status, or with the error it ended in. As a context manager it is this
+    Traced, the try's headers are a copy with its `traceparent` added (`_Prepared.attempt`).
+    Its span ends once (`end`): with its status, or with the error it ended in. As a context manager it is this
     client's `map_httpcore_exceptions`: an exception of the network's or the upstream's leaving
     the block ends the span and goes up as its `Upstream*` error (`translate`); an `Upstream*`
     error and anything it does not know (a bug, a cancellation) go up as they are.
     """
 
-    __slots__ = ("_span", "headers", "name", "status", "url")
+    __slots__ = ("_span", "headers", "name", "traced", "url")
 
     def __init__(self, name: str, prepared: _Prepared, trace: RequestTrace | None) -> None:
         self.name = name
         self.url = prepared.url
-        self.status: int | None = None  # set once a stream's head is handed over
+        self.traced = trace is not None
         self._span: AttemptSpan | None = None
         if trace is None:
             self.headers = prepared.headers
@@ -275,7 +281,7 @@ class _Try:
     def failed(self, exc: BaseException) -> UpstreamError:
         """The try ended in `exc`: its span ended with it, and its `Upstream*` error. Raises `exc`
         itself when it is not a failure of the network's or the upstream's (see `translate`)."""
-        self.end(status=self.status, error=exc.__class__.__name__)
+        self.end(error=exc.__class__.__name__)
         return translate(exc, self.name, self.url)
 
     def __enter__(self) -> _Try:
@@ -333,9 +339,9 @@ class HttpUpstream:
         trace = CURRENT_TRACE.get()
         try:
             if not self._retries:  # one try: nothing for the retry policy to do
-                return await self._whole(method, prepared, body, _Try(self.name, prepared, trace))
+                return await self._whole(method, prepared, body, prepared.attempt(trace))
             return await self._attempts(
-                lambda: self._whole(method, prepared, body, _Try(self.name, prepared, trace))
+                lambda: self._whole(method, prepared, body, prepared.attempt(trace))
             )
         except _Retryable as exc:
             return exc.response
@@ -371,7 +377,8 @@ class HttpUpstream:
             if held is not None:
                 pool, connection, response, attempt = held
                 pool.release(connection, response)
-                attempt.end(status=response.status)
+                if attempt.traced:
+                    attempt.end(status=response.status)
 
     def send(
         self,
@@ -419,27 +426,32 @@ class HttpUpstream:
     # -- one try, as every mode sends it
 
     async def _open(
-        self, method: str, prepared: _Prepared, body: bytes | None, attempt: _Try, fresh: bool
-    ) -> tuple[Pool, Connection, AwaitedResponse]:
-        """Send one try on a pooled connection (`fresh`: a new one) and wait for its response's
-        head; the caller releases the connection. A reused connection the server closed
-        before answering a byte (it was closing it as the request went out) is the one failure
-        sent again here, once, on a new connection. Raises `Upstream*` errors (`_Try`)."""
-        pool = self.pool()
-        with attempt:
-            while True:
-                connection, response = await pool.send(
-                    method, prepared.target, attempt.headers, body, fresh=fresh
-                )
-                try:
-                    await response.head()
-                except BaseException as exc:
-                    pool.release(connection, response)
-                    if fresh or not _closed_unanswered(exc, connection):
-                        raise
-                    fresh = True
-                else:
-                    return pool, connection, response
+        self,
+        pool: Pool,
+        method: str,
+        prepared: _Prepared,
+        body: bytes | None,
+        attempt: _Try,
+        fresh: bool,
+    ) -> tuple[Connection, AwaitedResponse]:
+        """Send one try on a connection of `pool` (`fresh`: a new one) and wait for its
+        response's head; the caller maps what it raises (`with attempt`) and releases the
+        connection. A reused connection the server closed before answering a byte (it was
+        closing it as the request went out) is the one failure sent again, once, on a new
+        connection: here, for every mode."""
+        while True:
+            connection, response = await pool.send(
+                method, prepared.target, attempt.headers, body, fresh
+            )
+            try:
+                await response.head()
+            except BaseException as exc:
+                pool.release(connection, response)
+                if fresh or not _closed_unanswered(exc, connection):
+                    raise
+                fresh = True
+            else:
+                return connection, response
 
     async def _whole(
         self,
@@ -450,23 +462,36 @@ class HttpUpstream:
         fresh: bool = False,
     ) -> UpstreamResponse:
         """One try, its response read whole. Raises _Retryable for a 502/503/504."""
+        pool = self.pool()
         start = time.perf_counter()
-        pool, connection, response = await self._open(method, prepared, body, attempt, fresh)
-        return await _read(attempt, start, pool, connection, response)
+        with attempt:
+            connection, response = await self._open(pool, method, prepared, body, attempt, fresh)
+            try:
+                data = await response.read()
+            finally:
+                pool.release(connection, response)
+        answer = _answer(attempt, response, data, start)
+        if answer.status in RETRYABLE_STATUS:
+            raise _Retryable(answer)
+        return answer
 
     async def _head(
         self, method: str, prepared: _Prepared, body: bytes | None, trace: RequestTrace | None
     ) -> _Head:
-        """One try of a stream, up to its response's head; a 502/503/504 is read whole (a
-        refusal's body is short, and reading it returns the connection) and raised as
-        _Retryable."""
-        attempt = _Try(self.name, prepared, trace)
+        """One try of a stream, up to its response's head. Raises _Retryable for a 502/503/504,
+        read whole: a refusal's body is short, and reading it returns the connection."""
+        attempt = prepared.attempt(trace)
+        pool = self.pool()
         start = time.perf_counter()
-        pool, connection, response = await self._open(method, prepared, body, attempt, False)
-        if response.status in RETRYABLE_STATUS:
-            await _read(attempt, start, pool, connection, response)  # raises _Retryable
-        attempt.status = response.status
-        return pool, connection, response, attempt
+        with attempt:
+            connection, response = await self._open(pool, method, prepared, body, attempt, False)
+            if response.status not in RETRYABLE_STATUS:
+                return pool, connection, response, attempt
+            try:
+                data = await response.read()
+            finally:
+                pool.release(connection, response)
+        raise _Retryable(_answer(attempt, response, data, start))
 
     async def _attempts(self, send: Callable[[], Awaitable[_T]]) -> _T:
         """`send()`, and again under the retry policy while it fails in a way worth retrying.
@@ -504,7 +529,7 @@ class HttpUpstream:
         known = self._requests.get(key)
         if known is None:
             url, target = self._url(path)
-            known = _Prepared(url, target, self._headers(headers, has_body))
+            known = _Prepared(self.name, url, target, self._headers(headers, has_body))
             if len(self._requests) >= _MAX_CACHED_REQUESTS:  # a header that differs every time
                 self._requests.clear()
             self._requests[key] = known
@@ -555,28 +580,22 @@ def _closed_unanswered(error: BaseException, connection: Connection) -> bool:
     return isinstance(error, ClosedEarly) and connection.reused
 
 
-async def _read(
-    attempt: _Try, start: float, pool: Pool, connection: Connection, response: AwaitedResponse
-) -> UpstreamResponse:
-    """The rest of a try whose head was read: its body read whole, its connection released, its
-    span ended. Raises _Retryable for a 502/503/504."""
-    with attempt:
-        try:
-            data = await response.read()
-        finally:
-            pool.release(connection, response)
+def _answer(attempt: _Try, response: Response, data: bytes, start: float) -> UpstreamResponse:
+    """A try's whole answer; its span ends with its status."""
     answer = UpstreamResponse(response.status, None, data, time.perf_counter() - start, response)
-    attempt.end(status=answer.status)
-    if answer.status in RETRYABLE_STATUS:
-        raise _Retryable(answer)
+    if attempt.traced:
+        attempt.end(status=answer.status)
     return answer
 
 
 async def _body(response: AwaitedResponse, attempt: _Try) -> AsyncGenerator[bytes, None]:
-    # A stream that breaks off ends its try in that error (`_Try`), with the status it had.
     with attempt:
-        async for chunk in response.chunks():
-            yield chunk
+        try:
+            async for chunk in response.chunks():
+                yield chunk
+        except Exception as exc:  # the try had its head: it ends in the error with its status
+            attempt.end(status=response.status, error=exc.__class__.__name__)
+            raise
 
 
 class Sent(Delivery):
@@ -615,7 +634,7 @@ class Sent(Delivery):
         self._body = body
         self._done: Done | None = done
         self._trace = trace
-        self.attempt = _Try(upstream.name, prepared, trace)  # the try under way
+        self.attempt = prepared.attempt(trace)  # the try under way
         self._start = time.perf_counter()
         self._task: asyncio.Task[None] | None = None
 
@@ -639,12 +658,13 @@ class Sent(Delivery):
         self._pool.release(connection, self)
         error = self._error
         if error is None:
-            self.attempt.end(status=self.status)
+            if self.attempt.traced:
+                self.attempt.end(status=self.status)
             elapsed = time.perf_counter() - self._start
             self._report(UpstreamResponse(self.status, None, self.body(), elapsed, self))
         elif _closed_unanswered(error, connection):
             self.attempt.end(error=error.__class__.__name__)
-            self.attempt = _Try(self._upstream.name, self._prepared, self._trace)
+            self.attempt = self._prepared.attempt(self._trace)
             self.in_task(fresh=True)
         else:
             self._report(self.attempt.failed(error))

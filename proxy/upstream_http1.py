@@ -596,7 +596,6 @@ class Pool:
         target: str,
         headers: Mapping[str, str],
         body: bytes | None,
-        *,
         fresh: bool = False,
     ) -> tuple[Connection, AwaitedResponse]:
         """Send a request on an idle connection, or a new one (`fresh`: always a new one); the
