@@ -118,8 +118,9 @@ class ShadowRequest:
     forwarded; the shadow sends it non-streamed with the reference's model name. `primary` is
     the decision of the primary's first answer (before any repair). `judge` reads the
     reference's reply. `bodies` are written to the log only with `log_bodies`. `request_id`
-    None: the id the request's log lines are bound to, read only when a log line is written
-    (the shadow's task runs in a copy of the request's context).
+    None: the id the request's log lines are bound to, read from the request's context when
+    a log line is written or, for the answer's line, when the request is sent (the start runs
+    in a copy of the request's context; the answer's callback does not).
     """
 
     model: str
