@@ -3,26 +3,40 @@ in the background, and both answers' tool decisions are compared and counted.
 
 The turn hands a `ShadowRequest` to `Shadow.submit` once the client's answer is settled; nothing
 here can delay or change that answer. `submit` never awaits and sends nothing itself: once the
-turn's step has ended (the client's response written), the request goes out on an idle
-connection of the reference's pool, the answer judged and counted by the connection's callback
-(`HttpUpstream.send`: no task, no future per pair, which the proxy's CPU shares with the client's
-requests), or, with no idle connection, in one background task that makes one; with
+turn's step has ended (the client's response written), the request goes to the reference with
+`Upstream.send` — on an idle connection of the reference's own pool, the answer judged and counted
+by the connection's callback (no task, no future per pair, which the proxy's CPU shares with the
+client's requests), or, with none idle, from a task of the upstream's that makes one; with
 `max_in_flight` requests already under way it drops the pair and counts the drop. A request the
 reference could not be asked as is — a Responses turn that continues a response or conversation
 stored at the primary's upstream (`shadowstats.skip_reason`) — is not sent: it is counted as
 skipped, with its reason (the proxy keeps no copy of the stored context to rebuild it from, and
-the reference's own earlier answer would not be the same context). The reference is
-asked once (no retries), within `timeout`; a slow or failing reference is counted by kind. Each
-pair is counted three ways — Prometheus (`toolsentry_shadow_*`), the session store (the figures
-`GET /v1/stats/shadow` shows, the same from every worker and replica) and, when configured, the
-shadow log (JSONL, written by a thread of its own, rotated by size).
+the reference's own earlier answer would not be the same context). The reference is asked once
+(no retries), within `timeout`; a slow or failing reference is counted by kind.
 
-The store and the metrics are not written per pair: each process adds its counts up in memory
-and writes them in one batch every `FLUSH_SECONDS` (three store calls and one increment per
-metric child per batch, not per pair). Pairs are added up by what their counts depend on
-(`shadowstats.pair_key`), and the batch counts each distinct key once. A process flushes what
-it holds before it reads (`stats`), when drained and when closed, so its own figures are exact
-at once, and another worker's or replica's, and a scrape of the metrics, within `FLUSH_SECONDS`.
+What is in flight: `Shadow._flight`, each request submitted and not yet ended, in the order it was
+submitted, with its deadline (all share one timeout, so the first is the next to expire) and its
+`job`, what `cancel()` stops:
+
+    state      job                      ended by                           counted as
+    scheduled  the start (asyncio       (the turn's step ends: `_start`)   — (becomes sent)
+               call_soon handle)
+    sent       the upstream's `Sent`    its answer (`_replied`)            a pair, or an error
+                                        its deadline (`_expire`, one       error "timeout"
+                                        timer for the earliest)
+    either     —                        `close`                            nothing
+
+How counts are batched: each pair is counted three ways — Prometheus (`toolsentry_shadow_*`), the
+session store (the figures `GET /v1/stats/shadow` shows, the same from every worker and replica)
+and, when configured, the shadow log (JSONL, written at once by a thread of its own, rotated by
+size: `proxy.shadow_log_writer`). The metrics and the store are not written per pair: each event
+goes into the process's `_Batch` (pairs added up by what their counts depend on,
+`shadowstats.pair_key`; metric increments; store fields per (model, reference)), and one timer,
+armed by the first event after a flush, flushes the batch `FLUSH_SECONDS` later: each distinct
+pair key counted once, one increment per metric child, three store calls per (model,
+reference). A process flushes what it holds before it reads (`stats`), when drained and when
+closed, so its own figures are exact at once, and another worker's or replica's, and a scrape of
+the metrics, within `FLUSH_SECONDS`.
 
 Counts in the store, per (model, reference):
     shadow:index                      field "{model}|{reference}" -> pairs (which pairs exist)
@@ -34,7 +48,6 @@ Counts in the store, per (model, reference):
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import os
 import time
@@ -42,7 +55,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import orjson
 import structlog
@@ -61,7 +74,7 @@ from proxy.logs import get_logger
 from proxy.metrics import Metrics, ShadowMetrics
 from proxy.protocols.base import TurnView, WireProtocol
 from proxy.session.stores import SessionStore
-from proxy.shadowlog import ShadowLog
+from proxy.shadow_log_writer import ShadowLog
 from proxy.shadowstats import (
     DROPPED,
     PAIRS,
@@ -105,8 +118,9 @@ class ShadowRequest:
     forwarded; the shadow sends it non-streamed with the reference's model name. `primary` is
     the decision of the primary's first answer (before any repair). `judge` reads the
     reference's reply. `bodies` are written to the log only with `log_bodies`. `request_id`
-    None: the id the request's log lines are bound to, read only when a log line is written
-    (the shadow's task runs in a copy of the request's context).
+    None: the id the request's log lines are bound to, read from the request's context when
+    a log line is written or, for the answer's line, when the request is sent (the start runs
+    in a copy of the request's context; the answer's callback does not).
     """
 
     model: str
@@ -176,7 +190,8 @@ def reference_upstream(
 
 
 class Shadow:
-    """Mirrors sampled requests to the reference and counts the pairs (see the module doc)."""
+    """Mirrors sampled requests to the reference and counts the pairs (see the module doc: what
+    is in flight, what ends it, how counts are batched)."""
 
     def __init__(
         self,
@@ -200,27 +215,19 @@ class Shadow:
         self._clock = clock
         self._models = frozenset(config.models)
         self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once submitted to
-        # The shadow requests under way, in the order they started, with their deadlines and
-        # what carries each (`_InFlight`): all have the same timeout, so the first is the next
-        # to expire. One timer (`_watch`) waits for it, where an `asyncio.timeout` per request
-        # would arm and cancel one each. `_drained`: what `drain` waits on until none is left.
+        # What is in flight (see the module doc): one timer (`_expiry`) waits for the first
+        # deadline, where an `asyncio.timeout` per request would arm and cancel one each.
+        # `_drained`: what `drain` waits on until none is left.
         self._flight: dict[ShadowRequest, _InFlight] = {}
-        self._overdue: set[asyncio.Task[None]] = set()
-        self._watch: asyncio.TimerHandle | None = None
+        self._expiry: asyncio.TimerHandle | None = None
         self._drained: asyncio.Future[None] | None = None
-        self._send = reference.send if isinstance(reference, HttpUpstream) else None
-        # What this process counted since its last store write, per pair key (see the module
-        # doc); `_flushing` is the write under way (the timer's, or a reader's), one at a time.
-        self._pending: dict[str, _Pending] = {}
-        self._timer: asyncio.TimerHandle | None = None
+        # What was counted since the last flush, and the timer that flushes it; `_flushing` is
+        # the flush under way (the timer's, or a reader's), one at a time.
+        self._batch = _Batch()
+        self._flush_timer: asyncio.TimerHandle | None = None
         self._flushing = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
-        # Metric increments go with the same batch: added up here, applied by `flush`.
-        self._increments: dict[tuple[Any, ...], int] = {}
-        # The pairs answered since the last batch, added up by (model, api, pair key): the
-        # batch counts each key once (`_count_pairs`), not each pair.
-        self._pairs: dict[tuple[str, str, PairKey], int] = {}
-        self._children: dict[tuple[Any, ...], Any] = {}
+        self._children: dict[tuple[Any, ...], Any] = {}  # metric children, by family and labels
         self._log_events = get_logger()
 
     @property
@@ -264,73 +271,59 @@ class Shadow:
         # this step of the turn has ended (a callback runs in a copy of the request's context).
         entry = self._flight[request] = _InFlight(deadline)
         entry.job = loop.call_soon(self._start, request, entry, beside)
-        if self._watch is None:
-            self._watch = loop.call_at(deadline, self._expire)
+        if self._expiry is None:
+            self._expiry = loop.call_at(deadline, self._expire)
         return True
 
     def _start(self, request: ShadowRequest, entry: _InFlight, trace: Any) -> None:
-        """Send `request` on an idle connection, or start the task that makes one."""
-        sent = self._send_now(request, trace) if self._send is not None else None
-        if sent is not None:
-            entry.job = sent
-            return
-        context = contextvars.copy_context()
-        if trace is not None:
-            context.run(CURRENT_TRACE.set, trace)
-        task = asyncio.get_running_loop().create_task(self._run(request), context=context)
-        entry.job = task
-        task.add_done_callback(functools.partial(self._finished, request))
+        """The scheduled start, once the turn's step has ended: scheduled → sent."""
+        entry.job = self._send_now(request, trace)
 
     def _send_now(self, request: ShadowRequest, trace: Any) -> Sent | None:
-        """Send `request` on an idle connection of the reference's (None: none is idle)."""
-        assert self._send is not None
+        """Send `request` to the reference, its answer to `_replied`: the upstream's `Sent`
+        (never None: with no idle connection, the upstream sends it from a task of its own)."""
         if self._log is not None and request.request_id is None:
             # The answer's callback runs outside the request's context: its id is kept now.
             request.request_id = structlog.contextvars.get_contextvars().get("request_id")
-        return self._send(
+        return self.reference.send(
             "POST",
             request.path,
             body=self.payload(request),
             headers=request.headers,
             done=functools.partial(self._replied, request),
             trace=trace,
+            idle_only=False,
         )
 
-    def _finished(self, request: ShadowRequest, task: asyncio.Task[None]) -> None:
-        self._left(request)
-        self._overdue.discard(task)
-
     def _left(self, request: ShadowRequest) -> None:
+        """`request` is no longer in flight."""
         del self._flight[request]
         if not self._flight and self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
 
     def _expire(self) -> None:
-        """End the shadow requests past their deadline, then wait for the next deadline."""
-        self._watch = None
+        """The `_expiry` timer: the requests past their deadline (sent, or in a loop too busy to
+        have started them) are cancelled and counted as timeouts; then the timer waits for the
+        next deadline."""
+        self._expiry = None
         loop = asyncio.get_running_loop()
         now = loop.time()
-        late: list[tuple[ShadowRequest, asyncio.Handle | Sent | None]] = []
+        late: list[tuple[ShadowRequest, _InFlight]] = []
         for request, entry in self._flight.items():
             if entry.deadline > now:
-                self._watch = loop.call_at(entry.deadline, self._expire)
+                self._expiry = loop.call_at(entry.deadline, self._expire)
                 break
-            job = entry.job
-            if not isinstance(job, asyncio.Task):
-                late.append((request, job))
-            elif job not in self._overdue:  # a task leaves the table when done, later
-                self._overdue.add(job)
-                job.cancel()
-        for request, job in late:
-            if job is not None:
-                job.cancel()
+            late.append((request, entry))
+        for request, entry in late:
+            if entry.job is not None:
+                entry.job.cancel()
             self._left(request)
             self._failed(request, "timeout")
 
     def _replied(
         self, request: ShadowRequest, sent: Sent, result: UpstreamResponse | ToolsentryError
     ) -> None:
-        """The reference's answer to a request sent on an idle connection (or why none came)."""
+        """sent → ended: the reference's answer (or why none came), judged and counted."""
         self._left(request)
         try:
             if isinstance(result, ToolsentryError):
@@ -341,29 +334,12 @@ class Shadow:
             return
         self._answered(request, decision, reply)
 
-    async def _run(self, request: ShadowRequest) -> None:
-        try:
-            decision, reply = await self._ask_reference(request)
-        except _ReferenceFailed as failed:
-            self._failed(request, failed.kind)
-            return
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is None or task not in self._overdue:  # closing
-                raise
-            task.uncancel()
-            self._failed(request, "timeout")
-            return
-        self._answered(request, decision, reply)
-
     def _answered(self, request: ShadowRequest, decision: Decision, reply: Any) -> None:
         """Count the pair of the primary's decision and the reference's (`reply` its answer):
-        one more of its key (`shadowstats.pair_key`), which the next batch expands into the
+        one more of its key (`shadowstats.pair_key`), which the next flush expands into the
         metrics' and the store's counts (`_count_pairs`). The log's line is written now."""
-        key = (request.model, request.api, pair_key(request.primary, decision))
-        pairs = self._pairs
-        pairs[key] = pairs.get(key, 0) + 1
-        if self._timer is None:
+        self._batch.pair((request.model, request.api, pair_key(request.primary, decision)))
+        if self._flush_timer is None:
             self._arm()
         if self._log is not None:
             pair = Pair.between(request.primary, decision)
@@ -399,45 +375,24 @@ class Shadow:
             copy["model"] = model
         return orjson.dumps(copy)
 
-    async def _ask_reference(self, request: ShadowRequest) -> tuple[Decision, Any]:
-        try:  # within the timeout: `_expire` cancels a request past its deadline
-            response = await self.reference.request(
-                "POST", request.path, body=self.payload(request), headers=request.headers
-            )
-        except TimeoutError as exc:
-            raise _ReferenceFailed("timeout") from exc
-        except ToolsentryError as exc:
-            raise _ReferenceFailed(_failure_kind(exc)) from exc
-        return _judged(request, response)
-
-    def _count_pairs(self) -> None:
-        """Expand the pairs added up since the last batch into the metrics' increments and the
-        store's counts: each distinct key once, `pair_counts` of its pair times how many pairs
-        had it — the figures of counting every pair alone (the names a full `_Pending` refuses
-        too: a key's names are first met where its first pair would have met them)."""
-        pairs, self._pairs = self._pairs, {}
-        for (model, api, key), times in pairs.items():
+    def _count_pairs(self, batch: _Batch) -> None:
+        """Expand the pairs of `batch` into its metric increments and store counts: each distinct
+        key once, `pair_counts` of its pair times how many pairs had it — the figures of counting
+        every pair alone (the names a full `_Pending` refuses too: a key's names are first met
+        where its first pair would have met them)."""
+        for (model, api, key), times in batch.pairs.items():
             pair = Pair.of_key(key)
-            self._count_metrics(model, api, pair, times)
+            batch.inc((self._metrics.pairs, model, pair.outcome, api), times)
+            for side, decision in ((_PRIMARY, pair.primary), (_REFERENCE, pair.reference)):
+                for channel in decision.channels:
+                    batch.inc((self._metrics.failures, model, side, channel, api), times)
             fixed, names = pair_counts(pair)
-            self._hold(model, fixed, names, times)
+            batch.hold(_pair_key(model, self.reference_name), fixed, names, times)
 
-    def _count_metrics(self, model: str, api: str, pair: Pair, times: int) -> None:
-        self._inc(self._metrics.pairs, model, pair.outcome, api, by=times)
-        for side, decision in ((_PRIMARY, pair.primary), (_REFERENCE, pair.reference)):
-            for channel in decision.channels:
-                self._inc(self._metrics.failures, model, side, channel, api, by=times)
-
-    def _inc(self, family: Any, model: str, *labels: str, by: int = 1) -> None:
-        """Add `by` to `family{model, reference, *labels}` with the next batch (every event that
-        counts one also sets the batch's timer, through `_count` or `_answered`)."""
-        key = (family, model, *labels)
-        self._increments[key] = self._increments.get(key, 0) + by
-
-    def _apply_increments(self) -> None:
-        increments, self._increments = self._increments, {}
-        for key, by in increments.items():
-            self._child(*key).inc(by)
+    def _inc(self, family: Any, model: str, *labels: str) -> None:
+        """Add one to `family{model, reference, *labels}` with the next flush (every event that
+        counts one also arms the flush timer, through `_count`)."""
+        self._batch.inc((family, model, *labels), 1)
 
     def _child(self, family: Any, model: str, *labels: str) -> Any:
         key = (family, model, *labels)
@@ -447,39 +402,31 @@ class Shadow:
         return child
 
     def _count(self, model: str, fixed: Mapping[str, int]) -> None:
-        """Add one event's fields to what this process holds for the store (see the module
-        doc); the first since the last write sets the timer for the next."""
-        self._hold(model, fixed, None, 1)
-        if self._timer is None:
+        """Add one event's store fields to the batch; the first since a flush arms the timer."""
+        self._batch.hold(_pair_key(model, self.reference_name), fixed, None, 1)
+        if self._flush_timer is None:
             self._arm()
 
-    def _hold(
-        self, model: str, fixed: Mapping[str, int], names: Mapping[str, int] | None, times: int
-    ) -> None:
-        key = _pair_key(model, self.reference_name)
-        pending = self._pending.get(key)
-        if pending is None:
-            pending = self._pending[key] = _Pending()
-        pending.add(fixed, names, times)
-
     def _arm(self) -> None:
-        self._timer = asyncio.get_running_loop().call_later(FLUSH_SECONDS, self._on_timer)
+        self._flush_timer = asyncio.get_running_loop().call_later(FLUSH_SECONDS, self._on_timer)
 
     def _on_timer(self) -> None:
-        self._timer = None
+        self._flush_timer = None
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.get_running_loop().create_task(self.flush())
 
     async def flush(self) -> None:
-        """Write what this process counted to the store, one batch per (model, reference)."""
+        """Write what this process counted to the metrics and the store (one batch per (model,
+        reference))."""
         async with self._flushing:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            self._count_pairs()
-            self._apply_increments()
-            pending, self._pending = self._pending, {}
-            for key, counts in pending.items():
+            if self._flush_timer is not None:
+                self._flush_timer.cancel()
+                self._flush_timer = None
+            batch, self._batch = self._batch, _Batch()
+            self._count_pairs(batch)
+            for labels, by in batch.increments.items():
+                self._child(*labels).inc(by)
+            for key, counts in batch.store.items():
                 try:
                     await self._store.add_counts(
                         INDEX_KEY, {key: counts.fixed.get(PAIRS, 0)}, max_fields=MAX_MODEL_PAIRS
@@ -550,24 +497,15 @@ class Shadow:
         await self.flush()
 
     async def close(self) -> None:
-        """Cancel what is in flight (uncounted), write the last counts, close the reference and
-        the log."""
-        if self._watch is not None:
-            self._watch.cancel()
-            self._watch = None
-        tasks: list[asyncio.Task[None]] = []
+        """Cancel what is in flight (uncounted), write the last counts, close the reference (and
+        with it the tasks it sends from) and the log."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         for request, entry in list(self._flight.items()):
-            job = entry.job
-            if isinstance(job, asyncio.Task):  # it leaves the table when done
-                job.cancel()
-                tasks.append(job)
-                continue
-            if job is not None:
-                job.cancel()
-                if isinstance(job, Sent) and job.task is not None:
-                    tasks.append(job.task)
+            if entry.job is not None:
+                entry.job.cancel()
             self._left(request)
-        await asyncio.gather(*tasks, return_exceptions=True)
         if self._flusher is not None:
             await asyncio.gather(self._flusher, return_exceptions=True)
         await self.flush()
@@ -576,16 +514,52 @@ class Shadow:
             self._log.close()
 
 
+class _Job(Protocol):
+    """What carries a request in flight: its scheduled start, or the upstream's `Sent`."""
+
+    def cancel(self) -> None: ...
+
+
 class _InFlight:
-    """A shadow request under way: its deadline, and what carries it — its start, scheduled for
-    once the turn's step ends (`asyncio.Handle`), the request sent on an idle connection
-    (`Sent`), or the task that makes a connection for it."""
+    """A shadow request under way: its deadline, and its job (see the module doc's table)."""
 
     __slots__ = ("deadline", "job")
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
-        self.job: asyncio.Handle | Sent | asyncio.Task[None] | None = None
+        self.job: _Job | None = None
+
+
+class _Batch:
+    """What this process counted since its last flush, added up by what it is written as:
+
+    pairs       (model, api, pair key) -> pairs    expanded at the flush (`_count_pairs`)
+    increments  (family, model, *labels) -> n      one `inc` per metric child
+    store       "model|reference" -> `_Pending`    three store calls per key
+    """
+
+    __slots__ = ("increments", "pairs", "store")
+
+    def __init__(self) -> None:
+        self.pairs: dict[tuple[str, str, PairKey], int] = {}
+        self.increments: dict[tuple[Any, ...], int] = {}
+        self.store: dict[str, _Pending] = {}
+
+    def pair(self, key: tuple[str, str, PairKey]) -> None:
+        pairs = self.pairs
+        pairs[key] = pairs.get(key, 0) + 1
+
+    def inc(self, key: tuple[Any, ...], by: int) -> None:
+        increments = self.increments
+        increments[key] = increments.get(key, 0) + by
+
+    def hold(
+        self, key: str, fixed: Mapping[str, int], names: Mapping[str, int] | None, times: int
+    ) -> None:
+        pending = self.store.get(key)
+        if pending is None:
+            pending = self.store[key] = _Pending()
+        pending.add(fixed, names, times)
 
 
 class _Pending:

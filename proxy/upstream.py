@@ -1,16 +1,31 @@
-"""Upstream clients: one pool of keep-alive connections per upstream, routing by model, retries.
+"""The upstream client: one pool of keep-alive connections per upstream, routing by model, retries.
 
-The connections are `proxy.http1`'s (HTTP/1.1 written in one call, answers parsed by httptools):
-measured on this project's machines, aiohttp's client cost five to six times their CPU per plain
-request (bench/results/upstreamclient.md), most of the proxy's overhead at its rates (httpx's
-pool was slower still: bench/RESULTS.md). Every exception of the pool, the socket or the TLS layer is translated into an
-`Upstream*` error here and nowhere else.
+The connections are `proxy.upstream_http1`'s (HTTP/1.1 written in one call, answers parsed by
+httptools): measured on this project's machines, aiohttp's client cost five to six times their CPU
+per plain request (bench/results/upstreamclient.md), most of the proxy's overhead at its rates
+(httpx's pool was slower still: bench/RESULTS.md).
+
+`HttpUpstream` has one send path, as httpx has one `send` over a transport, in three modes:
+
+- `request`: the response read whole by the awaiting task;
+- `stream`: the response's body read as it arrives;
+- `send`: no task awaits it; the answer, read whole, goes to a callback (`Sent`).
+
+Every mode sends a try the same way (`HttpUpstream._open`: the request on a pooled connection, up
+to its response's head; a reused connection the server closed unanswered replaced once, on a new
+connection), opens the try's trace span the same way and maps the exceptions of the pool, the
+socket and asyncio to `Upstream*` errors at one boundary, `_Try` (`translate` says how). `request`
+and `stream` retry connect errors, timeouts and 502/503/504 before the first byte; `send` never
+retries.
+
+Where a connection goes and how it is opened (TCP, TLS; environment proxies, TLS options and
+Unix sockets to come) is `proxy.upstream_http1.Origin`'s alone: `HttpUpstream.__init__` makes it
+from the upstream's configuration, and `Origin.connect` opens the connections.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import socket
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
@@ -37,19 +52,19 @@ from proxy.errors import (
     UpstreamStatusError,
     UpstreamTimeoutError,
 )
-from proxy.http1 import (
+from proxy.tracing import CURRENT as CURRENT_TRACE
+from proxy.tracing import AttemptSpan, RequestTrace
+from proxy.upstream_http1 import (
+    AwaitedResponse,
     BrokenOff,
     ClosedEarly,
     Connection,
     Delivery,
-    Exchange,
     InvalidResponse,
     Origin,
     Pool,
     Response,
 )
-from proxy.tracing import CURRENT as CURRENT_TRACE
-from proxy.tracing import AttemptSpan, RequestTrace
 
 RETRYABLE_STATUS = frozenset({502, 503, 504})
 _MAX_CACHED_URLS = 64
@@ -125,8 +140,13 @@ class UpstreamStream:
     chunks: AsyncGenerator[bytes, None]
 
 
+Done = Callable[["Sent", "UpstreamResponse | UpstreamError"], None]
+"""The callback `HttpUpstream.send` hands its answer to: the request's `Sent`, then the response
+or the `UpstreamError` it ended in."""
+
+
 class Upstream(Protocol):
-    """What the service needs from an upstream. `AiohttpUpstream` is the implementation.
+    """What the service and the shadow need from an upstream; `HttpUpstream` is the implementation.
 
     `headers` are the client's headers as they may be forwarded (`chat_request_headers`,
     `forwardable_headers`); the upstream adds its own key and a JSON content type by default.
@@ -141,6 +161,18 @@ class Upstream(Protocol):
     def stream(
         self, path: str, *, body: bytes | None, headers: Mapping[str, str], method: str = "POST"
     ) -> AbstractAsyncContextManager[UpstreamStream]: ...
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        done: Done,
+        trace: RequestTrace | None = None,
+        idle_only: bool = True,
+    ) -> Sent | None: ...
 
     async def close(self) -> None: ...
 
@@ -196,19 +228,88 @@ def chat_request_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return forwardable_headers(headers, also_drop=_CHAT_ONLY_DROPPED)
 
 
+class _Prepared:
+    """A request's URL, its target (path and query, quoted) and the headers it goes with, worked
+    out once per (path, headers) and shared between requests: never changed (a traced try
+    copies the headers before it adds its `traceparent`). `untraced` is the `_Try` of every
+    untraced try of it, made once: it has no span, so nothing in it changes."""
+
+    __slots__ = ("headers", "target", "untraced", "url")
+
+    def __init__(self, name: str, url: str, target: str, headers: dict[str, str]) -> None:
+        self.url = url
+        self.target = target
+        self.headers = headers
+        self.untraced = _Try(name, self, None)
+
+    def attempt(self, trace: RequestTrace | None) -> _Try:
+        """A try of this request, a span of `trace` when there is one."""
+        return self.untraced if trace is None else _Try(self.untraced.name, self, trace)
+
+
+class _Try:
+    """One try of a request: the headers it goes out with, its span in the request's trace, and
+    the one boundary where what the pool, the socket or asyncio raise becomes an `Upstream*`
+    error.
+
+    Traced, the try's headers are a copy with its `traceparent` added (`_Prepared.attempt`).
+    Its span ends once (`end`): with its status, or with the error it ended in. As a context manager it is this
+    client's `map_httpcore_exceptions`: an exception of the network's or the upstream's leaving
+    the block ends the span and goes up as its `Upstream*` error (`translate`); an `Upstream*`
+    error and anything it does not know (a bug, a cancellation) go up as they are.
+    """
+
+    __slots__ = ("_span", "headers", "name", "traced", "url")
+
+    def __init__(self, name: str, prepared: _Prepared, trace: RequestTrace | None) -> None:
+        self.name = name
+        self.url = prepared.url
+        self.traced = trace is not None
+        self._span: AttemptSpan | None = None
+        if trace is None:
+            self.headers = prepared.headers
+        else:
+            self.headers = dict(prepared.headers)
+            self._span = trace.upstream_try(name, prepared.url, self.headers)
+
+    def end(self, *, status: int | None = None, error: str | None = None) -> None:
+        """End the try's span (once; later calls do nothing)."""
+        span, self._span = self._span, None
+        if span is not None:
+            span.finish(status=status, error=error)
+
+    def failed(self, exc: BaseException) -> UpstreamError:
+        """The try ended in `exc`: its span ended with it, and its `Upstream*` error. Raises `exc`
+        itself when it is not a failure of the network's or the upstream's (see `translate`)."""
+        self.end(error=exc.__class__.__name__)
+        return translate(exc, self.name, self.url)
+
+    def __enter__(self) -> _Try:
+        return self
+
+    def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
+        if isinstance(exc, Exception):
+            mapped = self.failed(exc)
+            if mapped is not exc:
+                raise mapped from exc
+
+
 class HttpUpstream:
-    """One upstream server behind a pool of keep-alive HTTP/1.1 connections (`proxy.http1`), with
-    retries before the first byte."""
+    """One upstream server behind a pool of keep-alive HTTP/1.1 connections
+    (`proxy.upstream_http1`): the one send path of the module doc, with its three modes."""
 
     def __init__(self, config: UpstreamConfig, *, api_key: str | None, retries: int) -> None:
         self.name = config.name
         self.config = config
         self._api_key = api_key
         self._retries = retries
+        # Where the connections go and how they are opened: the seam for proxies, TLS options and
+        # Unix sockets (see `Origin`).
         self._origin = Origin.of(config.base_url)
         self._pool: Pool | None = None
         self._urls: dict[str, tuple[str, str]] = {}
-        self._requests: dict[tuple[object, ...], tuple[tuple[str, str], dict[str, str]]] = {}
+        self._requests: dict[tuple[object, ...], _Prepared] = {}
+        self._tasks: set[asyncio.Task[None]] = set()  # `send`'s, when it cannot use a callback
 
     def pool(self) -> Pool:
         """The connection pool, made on first use so it binds to the server's running loop."""
@@ -223,17 +324,212 @@ class HttpUpstream:
             )
         return pool
 
-    def _prepared(
-        self, path: str, headers: Mapping[str, str], has_body: bool
-    ) -> tuple[tuple[str, str], dict[str, str]]:
-        """A request's URL (with its target) and the headers it is sent with, worked out once
-        per (path, headers): a client's requests mostly repeat them. The headers are shared
-        between requests, so never changed: a try that adds to them (a trace's traceparent)
-        copies them first."""
+    # -- the three modes
+
+    async def request(
+        self, method: str, path: str, *, body: bytes | None, headers: Mapping[str, str]
+    ) -> UpstreamResponse:
+        """Send one request and read the whole response.
+
+        Retries connect errors, timeouts and 502/503/504 before the first byte; when retries run
+        out on a status, that response is returned. Raises UpstreamTimeoutError,
+        UpstreamConnectError or UpstreamError naming this upstream.
+        """
+        prepared = self._prepared(path, headers, body is not None)
+        trace = CURRENT_TRACE.get()
+        try:
+            if not self._retries:  # one try: nothing for the retry policy to do
+                return await self._whole(method, prepared, body, prepared.attempt(trace))
+            return await self._attempts(
+                lambda: self._whole(method, prepared, body, prepared.attempt(trace))
+            )
+        except _Retryable as exc:
+            return exc.response
+
+    @asynccontextmanager
+    async def stream(
+        self, path: str, *, body: bytes | None, headers: Mapping[str, str], method: str = "POST"
+    ) -> AsyncIterator[UpstreamStream]:
+        """Open a request whose response is read as it arrives (a POST unless `method` says
+        otherwise); retries happen only until the response headers arrive.
+
+        Connect errors, timeouts and 502/503/504 are retried; when retries run out on a status,
+        that response is handed over with its body. Leaving the context closes the
+        response: a body read to its end returns the connection to the pool, any other is cut.
+        Raises UpstreamConnectError or UpstreamTimeoutError when no response came; errors while
+        reading `chunks` are translated too (UpstreamError and subclasses).
+        """
+        prepared = self._prepared(path, headers, body is not None)
+        trace = CURRENT_TRACE.get()
+        held: _Head | None = None
+        try:
+            held = await self._attempts(lambda: self._head(method, prepared, body, trace))
+        except _Retryable as exc:
+            refused = exc.response
+            opened = UpstreamStream(refused.status, refused.headers, _replay(refused.body))
+        else:
+            response, attempt = held[2], held[3]
+            opened = UpstreamStream(response.status, response.headers, _body(response, attempt))
+        try:
+            yield opened
+        finally:
+            await opened.chunks.aclose()
+            if held is not None:
+                pool, connection, response, attempt = held
+                pool.release(connection, response)
+                if attempt.traced:
+                    attempt.end(status=response.status)
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        done: Done,
+        trace: RequestTrace | None = None,
+        idle_only: bool = True,
+    ) -> Sent | None:
+        """Send one request with no task waiting for it: its response read whole and handed to
+        `done(sent, response)` — or the UpstreamError it ended in — once, unless `sent.cancel()`
+        came first. `trace`: the request's trace the try is a span of.
+
+        On an idle pooled connection the request goes out now and the connection's own callbacks
+        read the answer (no task, no future). With none idle, `idle_only` returns None, nothing
+        sent; else a task sends it as `request` does and hands the answer over the same way.
+        No retries: a 502/503/504 is handed over as it is; a reused connection the server
+        closed before answering a byte is replaced once, as every mode does (`_open`).
+        """
+        pool = self.pool()
+        connection = pool.idle_connection()
+        if connection is None and idle_only:
+            return None
+        prepared = self._prepared(path, headers, body is not None)
+        sent = Sent(self, pool, method, prepared, body, done, trace)
+        if connection is None:
+            sent.in_task(fresh=False)
+        else:
+            pool.deliver(sent, connection, method, prepared.target, sent.attempt.headers, body)
+        return sent
+
+    async def close(self) -> None:
+        """Close the pooled connections; `send`'s tasks still under way are cancelled."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    # -- one try, as every mode sends it
+
+    async def _open(
+        self,
+        pool: Pool,
+        method: str,
+        prepared: _Prepared,
+        body: bytes | None,
+        attempt: _Try,
+        fresh: bool,
+    ) -> tuple[Connection, AwaitedResponse]:
+        """Send one try on a connection of `pool` (`fresh`: a new one) and wait for its
+        response's head; the caller maps what it raises (`with attempt`) and releases the
+        connection. A reused connection the server closed before answering a byte (it was
+        closing it as the request went out) is the one failure sent again, once, on a new
+        connection: here, for every mode."""
+        while True:
+            connection, response = await pool.send(
+                method, prepared.target, attempt.headers, body, fresh
+            )
+            try:
+                await response.head()
+            except BaseException as exc:
+                pool.release(connection, response)
+                if fresh or not _closed_unanswered(exc, connection):
+                    raise
+                fresh = True
+            else:
+                return connection, response
+
+    async def _whole(
+        self,
+        method: str,
+        prepared: _Prepared,
+        body: bytes | None,
+        attempt: _Try,
+        fresh: bool = False,
+    ) -> UpstreamResponse:
+        """One try, its response read whole. Raises _Retryable for a 502/503/504."""
+        pool = self.pool()
+        start = time.perf_counter()
+        with attempt:
+            connection, response = await self._open(pool, method, prepared, body, attempt, fresh)
+            try:
+                data = await response.read()
+            finally:
+                pool.release(connection, response)
+        answer = _answer(attempt, response, data, start)
+        if answer.status in RETRYABLE_STATUS:
+            raise _Retryable(answer)
+        return answer
+
+    async def _head(
+        self, method: str, prepared: _Prepared, body: bytes | None, trace: RequestTrace | None
+    ) -> _Head:
+        """One try of a stream, up to its response's head. Raises _Retryable for a 502/503/504,
+        read whole: a refusal's body is short, and reading it returns the connection."""
+        attempt = prepared.attempt(trace)
+        pool = self.pool()
+        start = time.perf_counter()
+        with attempt:
+            connection, response = await self._open(pool, method, prepared, body, attempt, False)
+            if response.status not in RETRYABLE_STATUS:
+                return pool, connection, response, attempt
+            try:
+                data = await response.read()
+            finally:
+                pool.release(connection, response)
+        raise _Retryable(_answer(attempt, response, data, start))
+
+    async def _attempts(self, send: Callable[[], Awaitable[_T]]) -> _T:
+        """`send()`, and again under the retry policy while it fails in a way worth retrying.
+
+        Raises the last failure: UpstreamConnectError, UpstreamTimeoutError, or _Retryable
+        carrying the last refusal (the caller decides what a refusal becomes).
+        """
+        # Most requests succeed at once: only a failed first attempt pays for tenacity's machinery
+        # (it cost about 8% of the proxy's CPU per request when every request went through it).
+        try:
+            return await send()
+        except (UpstreamConnectError, UpstreamTimeoutError, _Retryable) as exc:
+            first_failure: Exception = exc
+        async for attempt in self._retrying():
+            with attempt:
+                if attempt.retry_state.attempt_number == 1:
+                    raise first_failure
+                return await send()
+        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+    def _retrying(self) -> AsyncRetrying:
+        return AsyncRetrying(
+            stop=stop_after_attempt(self._retries + 1),
+            wait=wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
+            retry=retry_if_exception_type((UpstreamConnectError, UpstreamTimeoutError, _Retryable)),
+            reraise=True,
+        )
+
+    # -- what a request's path and headers become
+
+    def _prepared(self, path: str, headers: Mapping[str, str], has_body: bool) -> _Prepared:
+        """The request's URL, target and headers (`_Prepared`), worked out once per (path,
+        headers): a client's requests mostly repeat them."""
         key = (path, has_body, *headers.items())
         known = self._requests.get(key)
         if known is None:
-            known = (self._url(path), self._headers(headers, has_body))
+            url, target = self._url(path)
+            known = _Prepared(self.name, url, target, self._headers(headers, has_body))
             if len(self._requests) >= _MAX_CACHED_REQUESTS:  # a header that differs every time
                 self._requests.clear()
             self._requests[key] = known
@@ -272,273 +568,79 @@ class HttpUpstream:
             out["authorization"] = f"Bearer {self._api_key}"
         return out
 
-    def _retrying(self) -> AsyncRetrying:
-        return AsyncRetrying(
-            stop=stop_after_attempt(self._retries + 1),
-            wait=wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
-            retry=retry_if_exception_type((UpstreamConnectError, UpstreamTimeoutError, _Retryable)),
-            reraise=True,
-        )
 
-    async def request(
-        self, method: str, path: str, *, body: bytes | None, headers: Mapping[str, str]
-    ) -> UpstreamResponse:
-        """Send one request and read the whole response.
+_Head = tuple[Pool, Connection, AwaitedResponse, _Try]
+"""A stream's try with its response's head read: the connection is released, and the try's span
+ended, when the stream is closed."""
 
-        Retries connect errors, timeouts and 502/503/504 before the first byte. Raises
-        UpstreamTimeoutError, UpstreamConnectError or UpstreamError naming this upstream.
-        """
-        url, sent_headers = self._prepared(path, headers, body is not None)
+
+def _closed_unanswered(error: BaseException, connection: Connection) -> bool:
+    """Whether a try failed only because the server closed the idle connection it was reusing as
+    the request went out: nothing was answered, so the request goes once more, on a new one."""
+    return isinstance(error, ClosedEarly) and connection.reused
+
+
+def _answer(attempt: _Try, response: Response, data: bytes, start: float) -> UpstreamResponse:
+    """A try's whole answer; its span ends with its status."""
+    answer = UpstreamResponse(response.status, None, data, time.perf_counter() - start, response)
+    if attempt.traced:
+        attempt.end(status=answer.status)
+    return answer
+
+
+async def _body(response: AwaitedResponse, attempt: _Try) -> AsyncGenerator[bytes, None]:
+    with attempt:
         try:
-            if not self._retries:  # one try: nothing for the retry policy to do
-                return await self._once(method, url, body, sent_headers)
-            return await self._attempts(lambda: self._once(method, url, body, sent_headers))
-        except _Retryable as exc:
-            return exc.response
-
-    async def _attempts(self, send: Callable[[], Awaitable[_T]]) -> _T:
-        """`send()`, and again under the retry policy while it fails in a way worth retrying.
-
-        Raises the last failure: UpstreamConnectError, UpstreamTimeoutError, or _Retryable
-        carrying the last refusal (the caller decides what a refusal becomes).
-        """
-        # Most requests succeed at once: only a failed first attempt pays for tenacity's machinery
-        # (it cost about 8% of the proxy's CPU per request when every request went through it).
-        try:
-            return await send()
-        except (UpstreamConnectError, UpstreamTimeoutError, _Retryable) as exc:
-            first_failure: Exception = exc
-        async for attempt in self._retrying():
-            with attempt:
-                if attempt.retry_state.attempt_number == 1:
-                    raise first_failure
-                return await send()
-        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
-
-    async def _send(
-        self, method: str, url: tuple[str, str], body: bytes | None, headers: dict[str, str]
-    ) -> tuple[Pool, Connection, Exchange]:
-        """One try up to the response's head (translated errors); the caller releases it."""
-        pool = self.pool()
-        connection, exchange = await pool.exchange(method, url[1], headers, body)
-        try:
-            await exchange.head()
-        except ClosedEarly:
-            if not connection.reused:
-                pool.release(connection, exchange)
-                raise
-            # The server closed that idle connection as the request went out: nothing was
-            # answered, so the request goes once more, on a connection made for it.
-            connection, exchange = await pool.retry_fresh(
-                connection, exchange, method, url[1], headers, body
-            )
-            try:
-                await exchange.head()
-            except BaseException:
-                pool.release(connection, exchange)
-                raise
-        except BaseException:
-            pool.release(connection, exchange)
-            raise
-        return pool, connection, exchange
-
-    async def _once(
-        self, method: str, url: tuple[str, str], body: bytes | None, headers: dict[str, str]
-    ) -> UpstreamResponse:
-        trace = CURRENT_TRACE.get()
-        attempt: AttemptSpan | None = None
-        if trace is not None:  # a span per try, and its traceparent for the upstream
-            headers = dict(headers)
-            attempt = trace.upstream_try(self.name, url[0], headers)
-        start = time.perf_counter()
-        try:
-            pool, connection, exchange = await self._send(method, url, body, headers)
-            try:
-                data = await exchange.read()
-            finally:
-                pool.release(connection, exchange)
-        except Exception as exc:
-            if attempt is not None:
-                attempt.finish(error=exc.__class__.__name__)
-            raise translate(exc, self.name, url[0]) from exc
-        elapsed = time.perf_counter() - start
-        response = UpstreamResponse(exchange.status, None, data, elapsed, exchange)
-        if attempt is not None:
-            attempt.finish(status=response.status)
-        if response.status in RETRYABLE_STATUS:
-            raise _Retryable(response)
-        return response
-
-    def send(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: bytes | None,
-        headers: Mapping[str, str],
-        done: Callable[[Sent, UpstreamResponse | UpstreamError], None],
-        trace: RequestTrace | None = None,
-    ) -> Sent | None:
-        """Send one request with no task waiting for it: on an idle pooled connection, its
-        response read whole and handed to `done(sent, response)` — or the UpstreamError it ended
-        in — from the event loop's callbacks, once. None, with nothing sent, when no connection
-        is idle (`request` makes one). `trace`: the request's trace the try is a span of.
-
-        No retries, as `request` with `retries=0`: a 502/503/504 is handed over as it is; a
-        reused connection the server closed before answering a byte is replaced once.
-        """
-        pool = self.pool()
-        connection = pool.idle_connection()
-        if connection is None:
-            return None
-        url, sent_headers = self._prepared(path, headers, body is not None)
-        attempt: AttemptSpan | None = None
-        if trace is not None:  # a span for the try, and its traceparent for the upstream
-            sent_headers = dict(sent_headers)
-            attempt = trace.upstream_try(self.name, url[0], sent_headers)
-        sent = Sent(self, pool, connection, method, url, body, sent_headers, done, trace, attempt)
-        pool.deliver(sent, method, url[1], sent_headers, body)
-        return sent
-
-    @asynccontextmanager
-    async def stream(
-        self, path: str, *, body: bytes | None, headers: Mapping[str, str], method: str = "POST"
-    ) -> AsyncIterator[UpstreamStream]:
-        """Open a request whose response is read as it arrives (a POST unless `method` says
-        otherwise); retries happen only until the response headers arrive.
-
-        Connect errors, timeouts and 502/503/504 are retried; when retries run out on a status,
-        that response is handed over with its body. Leaving the context closes the
-        response: a body read to its end returns the connection to the pool, any other is cut.
-        Raises UpstreamConnectError or UpstreamTimeoutError when no response came; errors while
-        reading `chunks` are translated too (UpstreamError and subclasses).
-        """
-        url, sent_headers = self._prepared(path, headers, body is not None)
-        opened_try: list[AttemptSpan] = []
-        held: tuple[Pool, Connection, Exchange] | None = None
-        try:
-            held = await self._attempts(
-                lambda: self._open(method, url, body, sent_headers, opened_try)
-            )
-        except _Retryable as exc:
-            refused = exc.response
-            opened = UpstreamStream(refused.status, refused.headers, _replay(refused.body))
-        else:
-            exchange = held[2]
-            attempt = opened_try[-1] if opened_try else None
-            opened = UpstreamStream(
-                exchange.status, exchange.headers, self._iter_body(exchange, url[0], attempt)
-            )
-        try:
-            yield opened
-        finally:
-            await opened.chunks.aclose()
-            if held is not None:
-                pool, connection, exchange = held
-                pool.release(connection, exchange)
-                if opened_try:
-                    opened_try[-1].finish(status=exchange.status)
-
-    async def _open(
-        self,
-        method: str,
-        url: tuple[str, str],
-        body: bytes | None,
-        headers: dict[str, str],
-        opened_try: list[AttemptSpan],
-    ) -> tuple[Pool, Connection, Exchange]:
-        trace = CURRENT_TRACE.get()
-        attempt: AttemptSpan | None = None
-        if trace is not None:
-            headers = dict(headers)
-            attempt = trace.upstream_try(self.name, url[0], headers)
-        start = time.perf_counter()
-        try:
-            held = await self._send(method, url, body, headers)
-            pool, connection, exchange = held
-            if exchange.status not in RETRYABLE_STATUS:
-                if attempt is not None:
-                    opened_try.append(attempt)
-                return held
-            # A refusal's body is short; reading it returns the connection to the pool.
-            try:
-                data = await exchange.read()
-            finally:
-                pool.release(connection, exchange)
-        except Exception as exc:
-            if attempt is not None:
-                attempt.finish(error=exc.__class__.__name__)
-            raise translate(exc, self.name, url[0]) from exc
-        if attempt is not None:
-            attempt.finish(status=exchange.status)
-        elapsed = time.perf_counter() - start
-        raise _Retryable(UpstreamResponse(exchange.status, None, data, elapsed, exchange))
-
-    async def _iter_body(
-        self, exchange: Exchange, url: str, attempt: AttemptSpan | None
-    ) -> AsyncGenerator[bytes, None]:
-        try:
-            async for chunk in exchange.chunks():
+            async for chunk in response.chunks():
                 yield chunk
-        except Exception as exc:
-            if attempt is not None:  # the stream broke off: its try ends in that error
-                attempt.finish(status=exchange.status, error=exc.__class__.__name__)
-            raise translate(exc, self.name, url) from exc
-
-    async def close(self) -> None:
-        """Close the pooled connections."""
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        except Exception as exc:  # the try had its head: it ends in the error with its status
+            attempt.end(status=response.status, error=exc.__class__.__name__)
+            raise
 
 
 class Sent(Delivery):
-    """A request `HttpUpstream.send` sent, and its response as the connection reads it: the
-    answer goes to a callback, once (see there)."""
+    """A request `HttpUpstream.send` sent, and its answer: read by its connection's callbacks
+    (`delivered`), or — with no idle connection, or to send it again on a new connection — by a
+    task of the upstream's (`in_task`); handed to the callback once, either way."""
 
     __slots__ = (
-        "_attempt",
         "_body",
         "_done",
         "_method",
         "_pool",
-        "_request_headers",
+        "_prepared",
         "_start",
         "_task",
         "_trace",
         "_upstream",
-        "_url",
+        "attempt",
     )
 
     def __init__(
         self,
         upstream: HttpUpstream,
         pool: Pool,
-        connection: Connection,
         method: str,
-        url: tuple[str, str],
+        prepared: _Prepared,
         body: bytes | None,
-        headers: dict[str, str],
-        done: Callable[[Sent, UpstreamResponse | UpstreamError], None],
+        done: Done,
         trace: RequestTrace | None,
-        attempt: AttemptSpan | None,
     ) -> None:
-        super().__init__(connection)
+        super().__init__()
         self._upstream = upstream
         self._pool = pool
         self._method = method
-        self._url = url
+        self._prepared = prepared
         self._body = body
-        self._request_headers = headers
-        self._done: Callable[[Sent, UpstreamResponse | UpstreamError], None] | None = done
+        self._done: Done | None = done
         self._trace = trace
-        self._attempt = attempt
+        self.attempt = prepared.attempt(trace)  # the try under way
         self._start = time.perf_counter()
         self._task: asyncio.Task[None] | None = None
 
     @property
     def task(self) -> asyncio.Task[None] | None:
-        """The task sending the request again, when the first connection closed unanswered."""
+        """The task that sends the request, when no connection's callbacks read its answer."""
         return self._task
 
     def cancel(self) -> None:
@@ -546,9 +648,9 @@ class Sent(Delivery):
         self._done = None
         if self._task is not None:
             self._task.cancel()
-        if self.abandon():  # still on its connection
+        elif self.abandon():  # still on its connection
             self._pool.release(self._connection, self)  # not read to its end: closed
-            self._finish(error="CancelledError")
+        self.attempt.end(error="CancelledError")  # unless it ended already
 
     def delivered(self) -> None:
         """The connection's callback: the response is complete, or failed."""
@@ -556,37 +658,39 @@ class Sent(Delivery):
         self._pool.release(connection, self)
         error = self._error
         if error is None:
-            if self._attempt is not None:
-                self._finish(status=self.status)
+            if self.attempt.traced:
+                self.attempt.end(status=self.status)
             elapsed = time.perf_counter() - self._start
             self._report(UpstreamResponse(self.status, None, self.body(), elapsed, self))
-            return
-        self._finish(error=error.__class__.__name__)
-        if isinstance(error, ClosedEarly) and connection.reused:
-            # The server closed that idle connection as the request went out: nothing was
-            # answered, so the request goes once more, as `request` sends it.
-            context = contextvars.copy_context()
-            context.run(CURRENT_TRACE.set, self._trace)
-            self._task = self._pool.loop.create_task(self._resend(), context=context)
-            return
-        self._report(translate(error, self._upstream.name, self._url[0]))
+        elif _closed_unanswered(error, connection):
+            self.attempt.end(error=error.__class__.__name__)
+            self.attempt = self._prepared.attempt(self._trace)
+            self.in_task(fresh=True)
+        else:
+            self._report(self.attempt.failed(error))
 
-    async def _resend(self) -> None:
+    def in_task(self, *, fresh: bool) -> None:
+        """Send the request (its try `attempt`) from a task of the upstream's, as `request` sends
+        one try (`fresh`: on a new connection); its answer is handed over as the callbacks'
+        would be."""
+        self.abandon()  # no connection's callback reads it from now on
+        task = self._pool.loop.create_task(self._awaited(fresh))
+        self._task = task
+        tasks = self._upstream._tasks
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    async def _awaited(self, fresh: bool) -> None:
         upstream = self._upstream
         try:
-            result: UpstreamResponse | UpstreamError = await upstream._once(
-                self._method, self._url, self._body, self._request_headers
+            result: UpstreamResponse | UpstreamError = await upstream._whole(
+                self._method, self._prepared, self._body, self.attempt, fresh
             )
         except _Retryable as exc:
             result = exc.response
         except UpstreamError as exc:
             result = exc
         self._report(result)
-
-    def _finish(self, *, status: int | None = None, error: str | None = None) -> None:
-        attempt, self._attempt = self._attempt, None
-        if attempt is not None:
-            attempt.finish(status=status, error=error)
 
     def _report(self, result: UpstreamResponse | UpstreamError) -> None:
         done, self._done = self._done, None

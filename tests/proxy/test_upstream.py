@@ -13,7 +13,7 @@ import aiohttp.web
 import orjson
 import pytest
 
-from proxy import http1
+from proxy import upstream_http1
 from proxy.config import UpstreamConfig
 from proxy.errors import (
     NotFoundError,
@@ -115,7 +115,7 @@ def test_chat_request_headers_keep_the_clients_own_and_drop_transport_credential
 
 # What the pool and the sockets under it raise: the pool's own classes, and the OS's.
 _POOL_FAILURES: tuple[type[BaseException], ...] = (
-    *http1.ERRORS,
+    *upstream_http1.ERRORS,
     TimeoutError,
     ConnectionRefusedError,
     ConnectionResetError,
@@ -129,13 +129,15 @@ _POOL_FAILURES: tuple[type[BaseException], ...] = (
 
 
 def test_every_failure_of_the_pool_maps_to_a_specific_upstream_error() -> None:
-    # The module's own classes are listed in http1.ERRORS; one it adds without a row here fails.
+    # The module's own classes are listed in upstream_http1.ERRORS; one it adds without a row here fails.
     own = {
         cls
-        for cls in vars(http1).values()
-        if inspect.isclass(cls) and issubclass(cls, Exception) and cls.__module__ == http1.__name__
+        for cls in vars(upstream_http1).values()
+        if inspect.isclass(cls)
+        and issubclass(cls, Exception)
+        and cls.__module__ == upstream_http1.__name__
     }
-    assert own - {http1.ResponseError} == set(http1.ERRORS)
+    assert own - {upstream_http1.ResponseError} == set(upstream_http1.ERRORS)
     for cls in _POOL_FAILURES:
         mapped = error_class_for(cls)
         assert mapped is not None, cls
@@ -154,11 +156,13 @@ def test_an_exception_that_is_not_a_network_failure_is_raised_as_it_is(bug: Exce
 
 def test_timeouts_connect_failures_and_broken_bodies_map_to_distinct_errors() -> None:
     assert isinstance(translate(TimeoutError(), "u", "x"), UpstreamTimeoutError)
-    assert isinstance(translate(http1.ClosedEarly(), "u", "x"), UpstreamConnectError)
+    assert isinstance(translate(upstream_http1.ClosedEarly(), "u", "x"), UpstreamConnectError)
     assert isinstance(translate(ConnectionRefusedError(), "u", "x"), UpstreamConnectError)
-    assert isinstance(translate(http1.BrokenOff("cut"), "u", "x"), UpstreamProtocolError)
-    assert isinstance(translate(http1.InvalidResponse("junk"), "u", "x"), UpstreamProtocolError)
-    assert "'u'" in translate(http1.ClosedEarly(), "u", "x").message
+    assert isinstance(translate(upstream_http1.BrokenOff("cut"), "u", "x"), UpstreamProtocolError)
+    assert isinstance(
+        translate(upstream_http1.InvalidResponse("junk"), "u", "x"), UpstreamProtocolError
+    )
+    assert "'u'" in translate(upstream_http1.ClosedEarly(), "u", "x").message
 
 
 @pytest.mark.parametrize(("retries", "tries"), [(2, 3), (0, 1)])  # 0: one try, no policy

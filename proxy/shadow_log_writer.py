@@ -1,5 +1,5 @@
-"""The shadow log (DESIGN §11): JSONL, one line per shadow event, written by a thread of its own
-and rotated by size; `evalkit shadow` reads it."""
+"""The shadow log's writer (DESIGN §11): JSONL, one line per shadow event, written by a thread of
+its own and rotated by size. Its reader is `evalkit.shadowlog` (`evalkit shadow`)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from proxy import http1
+from proxy import upstream_http1
 from proxy.config import UpstreamConfig
 from proxy.errors import (
     UpstreamConnectError,
@@ -215,8 +215,8 @@ async def test_bytes_that_are_not_http_are_an_invalid_response() -> None:
 
 def test_a_header_with_a_line_break_is_refused_before_anything_is_written() -> None:
     with pytest.raises(ValueError, match="'x-evil'"):
-        http1.encode_head("POST", "/v1/x", "h", {"x-evil": "1\r\nx-injected: 2"}, 2)
-    head = http1.encode_head("POST", "/v1/x", "h:8", {"x-a": "1"}, 2)
+        upstream_http1.encode_head("POST", "/v1/x", "h", {"x-evil": "1\r\nx-injected: 2"}, 2)
+    head = upstream_http1.encode_head("POST", "/v1/x", "h:8", {"x-a": "1"}, 2)
     assert head == b"POST /v1/x HTTP/1.1\r\nhost: h:8\r\nx-a: 1\r\ncontent-length: 2\r\n\r\n"
 
 
@@ -593,8 +593,8 @@ async def test_a_sent_request_that_fails_hands_over_its_error_or_nothing_once_ca
 
 
 async def test_a_pools_remembered_heads_are_the_bytes_encode_head_writes() -> None:
-    pool = http1.Pool(
-        http1.Origin.of("http://h:8/v1"),
+    pool = upstream_http1.Pool(
+        upstream_http1.Origin.of("http://h:8/v1"),
         limit=1,
         keepalive=1.0,
         connect_timeout=1.0,
@@ -611,7 +611,7 @@ async def test_a_pools_remembered_heads_are_the_bytes_encode_head_writes() -> No
     for _ in range(2):  # encoded, then remembered
         for method, target, headers, body in cases:
             length = None if body is None else len(body)
-            expected = http1.encode_head(method, target, "h:8", headers, length)
+            expected = upstream_http1.encode_head(method, target, "h:8", headers, length)
             assert pool.head(method, target, headers, body) == expected
     for _ in range(2):  # refused every time, never remembered
         with pytest.raises(ValueError, match="'x-evil'"):

@@ -9,24 +9,29 @@ request in one call on a pooled connection and feeding the answer to httptools' 
 parser uvicorn serves with). At the proxy's rates that difference was most of its overhead, so
 this module keeps only the part the proxy needs:
 
-- `Pool.exchange()` sends a request on an idle connection (or a new one, up to `limit`) and returns
-  an `Exchange` whose `head()` is the status and headers and whose body is read whole (`read()`) or
-  chunk by chunk (`chunks()`); `Pool.release()` gives the connection back when the body was read to
-  its end and the server keeps it alive, and closes it otherwise.
+- `Pool.send()` sends a request on an idle connection (or a new one, up to `limit`; with `fresh`,
+  always a new one) and returns an `AwaitedResponse`, read by a task: `head()` is the status and
+  headers, and the body is read whole (`read()`) or chunk by chunk (`chunks()`); `Pool.release()`
+  gives the connection back when the body was read to its end and the server keeps it alive,
+  and closes it otherwise.
 - `Pool.deliver()` sends a request on an idle connection (`Pool.idle_connection()`) with no task
   waiting for it: the response, read whole, goes to its `Delivery`'s `delivered()`, from the
   connection's own callbacks.
 - A connection idle for longer than `keepalive` is closed instead of reused (below the server's own
-  keep-alive, so a request never goes out on a connection the server is closing); a reused
-  connection the server closed before answering a byte is replaced once by a new one.
+  keep-alive, so a request never goes out on a connection the server is closing). A connection
+  says whether it was `reused`: when a reused one closes before answering a byte (`ClosedEarly`),
+  `proxy.upstream` sends the request once more, on a `fresh` one.
 - `read_timeout` bounds the silence between two reads, as a socket read timeout does: one timer
   per pool sweeps the busy connections a few times per timeout (a silence is caught within a
   quarter of the timeout, at most a second, after it), where a timer per request cost a tenth of
-  a request's instructions in the exchange. A stream whose reader falls behind stops reading the
+  a request's instructions. A stream whose reader falls behind stops reading the
   socket (back-pressure) rather than buffering, and its silence does not count meanwhile.
 - gzip and deflate bodies are decoded (the proxy asks for neither; a server may send them anyway).
 
-Errors, all translated into the proxy's `Upstream*` errors by `proxy.upstream`:
+How the connections are opened (TCP, TLS) is `Origin`'s alone (`Origin.of`, `Origin.connect`):
+proxies, TLS options and Unix sockets go there.
+
+Errors, all translated into the proxy's `Upstream*` errors by `proxy.upstream` (`_Try`):
 
     OSError (refused, reset, unreachable, TLS), TimeoutError (connect or read timeout)
     ├── ClosedEarly      the connection closed before the response's first byte
@@ -42,7 +47,7 @@ import operator
 import ssl
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, cast
 from urllib.parse import urlsplit
@@ -75,8 +80,8 @@ class InvalidResponse(ResponseError):
 
 
 ERRORS: tuple[type[Exception], ...] = (ClosedEarly, BrokenOff, InvalidResponse)
-"""Every exception class of this module's own that `Pool.exchange` and an `Exchange` raise; they
-raise OSError and TimeoutError besides."""
+"""Every exception class of this module's own that `Pool.send` and a response raise; they raise
+OSError and TimeoutError besides."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +102,23 @@ class Origin:
         port = parts.port or _DEFAULT_PORTS[parts.scheme]
         tls = ssl.create_default_context() if parts.scheme == "https" else None
         return cls(parts.scheme, parts.hostname, port, tls)
+
+    async def connect(
+        self, loop: asyncio.AbstractEventLoop, protocol: Callable[[], Connection]
+    ) -> Connection:
+        """Open a connection to this origin, `protocol()` reading it: the one place that says
+        how the upstream is reached (TCP, TLS over it for https). Environment proxies (a CONNECT
+        tunnel first), TLS options (the context `of` makes) and Unix sockets
+        (`loop.create_unix_connection`) belong here and in `of`; nothing above `Pool` changes.
+        Raises OSError (refused, unreachable, TLS) as the socket does."""
+        _, connection = await loop.create_connection(
+            protocol,
+            self.host,
+            self.port,
+            ssl=self.tls,
+            server_hostname=self.host if self.tls else None,
+        )
+        return connection
 
     @property
     def host_header(self) -> str:
@@ -135,9 +157,9 @@ _name: Final = operator.itemgetter(0)
 
 class Response:
     """A response on one connection as the connection's side reads it: its head decoded, its body
-    gathered (decoded when gzip or deflate), its end or its failure. What reads it is a subclass:
-    `Exchange`, a task awaiting the head and the body, or `Delivery`, a callback at the end; each
-    says how the reader is woken (`_wake`) and how a piece of the body is taken (`on_body`).
+    gathered (decoded when gzip or deflate), its end or its failure. What reads it is a
+    subclass: `AwaitedResponse`, a task awaiting the head and the body, or `Delivery`, a callback
+    at the end; each says how the reader is woken (`_wake`) and how a piece of the body is taken (`on_body`).
     """
 
     __slots__ = (
@@ -156,8 +178,9 @@ class Response:
         "status",
     )
 
-    def __init__(self, connection: Connection, head_only: bool) -> None:
-        self._connection = connection
+    _connection: Connection  # the connection it is read from, from when its request goes out
+
+    def __init__(self, head_only: bool) -> None:
         self.head_only = head_only  # a HEAD request: the response has no body whatever it says
         self.status = 0
         self.raw_headers: list[tuple[bytes, bytes]] = []  # as the parser hands them over
@@ -219,7 +242,7 @@ class Response:
         self._wake()
 
     def _decoded(self, body: bytes) -> bytes | None:
-        """`body` decoded (gzip, deflate); None when it does not decode (the exchange failed)."""
+        """`body` decoded (gzip, deflate); None when it does not decode (the response failed)."""
         assert self._decoder is not None
         try:
             return self._decoder.decompress(body)
@@ -251,17 +274,19 @@ class Response:
         raise NotImplementedError
 
 
-class Exchange(Response):
-    """One request's response on one connection: its head, then its body whole or in chunks.
+class AwaitedResponse(Response):
+    """One request's response on one connection, read by a task that awaits its head, then its
+    body whole or in chunks.
 
-    Made by `Pool.exchange`; hand it back with `Pool.release` once done with it (read, failed or
+    Made by `Pool.send`; hand it back with `Pool.release` once done with it (read, failed or
     abandoned): only a response read to its end leaves its connection reusable.
     """
 
     __slots__ = ("_loop", "_size", "_waiter", "_whole")
 
     def __init__(self, connection: Connection, loop: asyncio.AbstractEventLoop, head_only: bool):
-        super().__init__(connection, head_only)
+        super().__init__(head_only)
+        self._connection = connection
         self._loop = loop
         self._size = 0
         self._waiter: asyncio.Future[None] | None = None
@@ -270,14 +295,14 @@ class Exchange(Response):
     # -- the reader's side
 
     async def head(self) -> None:
-        """Wait for the status and headers. Raises what ended the exchange before them."""
+        """Wait for the status and headers. Raises what ended the response before them."""
         while not self._headed:
             if self._error is not None:
                 raise self._error
             await self._wait()
 
     async def read(self) -> bytes:
-        """The whole body. Raises what ended the exchange before its end."""
+        """The whole body. Raises what ended the response before its end."""
         self._whole = True
         if self._paused:
             self._paused = False
@@ -333,10 +358,10 @@ class Exchange(Response):
 
 
 class Delivery(Response):
-    """An exchange read whole whose reader is a callback: a subclass's `delivered()` is called
+    """A response read whole whose reader is a callback: a subclass's `delivered()` is called
     once, from the connection's callbacks, when the response is complete or has failed (what
-    ended it is `_error`), where an `Exchange` wakes a task that awaits it — no task, no future
-    and no object but this one per response.
+    ended it is `_error`), where an `AwaitedResponse` wakes a task that awaits it — no task, no
+    future and no object but this one per response.
 
     Sent with `Pool.deliver`; `delivered` hands it back with `Pool.release` (or `abandon`'s caller
     does).
@@ -344,8 +369,8 @@ class Delivery(Response):
 
     __slots__ = ("_over",)
 
-    def __init__(self, connection: Connection) -> None:
-        super().__init__(connection, head_only=False)
+    def __init__(self) -> None:
+        super().__init__(head_only=False)
         self._over = False  # `delivered` was called, or will never be
 
     def body(self) -> bytes:
@@ -377,14 +402,14 @@ class Delivery(Response):
 
 
 class Connection(asyncio.Protocol):
-    """One keep-alive connection: at most one exchange at a time, its response fed to httptools."""
+    """One keep-alive connection: at most one request at a time, its response fed to httptools."""
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
         self._loop = pool.loop
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
-        self._exchange: Response | None = None
+        self._response: Response | None = None
         self._last_read = 0.0
         self.closed = False
         self.reusable = True
@@ -401,11 +426,11 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self._loop.time()
-        if self._exchange is None:  # nothing was asked: a server talking out of turn
+        if self._response is None:  # nothing was asked: a server talking out of turn
             self.reusable = False
             self.close()
             return
-        self._exchange.got_bytes = True
+        self._response.got_bytes = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -420,11 +445,11 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self.reusable = False
         self._pool.unwatch(self)
-        exchange = self._exchange
-        if exchange is not None and not exchange.complete:
-            if exchange.ends_at_close and exc is None:
-                exchange.on_message_complete()
-            elif exchange.got_bytes:
+        response = self._response
+        if response is not None and not response.complete:
+            if response.ends_at_close and exc is None:
+                response.on_message_complete()
+            elif response.got_bytes:
                 error: BaseException = BrokenOff(
                     "the connection closed in the middle of the response"
                     + (f" ({exc.__class__.__name__}: {exc})" if exc else "")
@@ -434,47 +459,47 @@ class Connection(asyncio.Protocol):
                     "the connection closed before a response"
                     + (f" ({exc.__class__.__name__}: {exc})" if exc else "")
                 )
-            exchange._fail(error)
+            response._fail(error)
         self._pool._lost(self)
 
     # -- httptools' callbacks (the parser calls them on this object)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        exchange = self._exchange
-        if exchange is not None:
-            exchange.raw_headers.append((name, value))
+        response = self._response
+        if response is not None:
+            response.raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        exchange = self._exchange
-        if exchange is None:
+        response = self._response
+        if response is None:
             return
-        exchange.on_headers_complete(self._parser.get_status_code())
-        if exchange.head_only:  # no body follows a HEAD's response, whatever its length says
+        response.on_headers_complete(self._parser.get_status_code())
+        if response.head_only:  # no body follows a HEAD's response, whatever its length says
             self.reusable = False
             self._pool.unwatch(self)
-            exchange.on_message_complete()
+            response.on_message_complete()
 
     def on_body(self, body: bytes) -> None:
-        if self._exchange is not None:
-            self._exchange.on_body(body)
+        if self._response is not None:
+            self._response.on_body(body)
 
     def on_message_complete(self) -> None:
-        exchange = self._exchange
-        if exchange is None or exchange.complete:
+        response = self._response
+        if response is None or response.complete:
             return
         # Unwatched first: a delivery's callback may send the next request on it at once.
         self._pool.unwatch(self)
         if not self._parser.should_keep_alive():
             self.reusable = False
-        exchange.on_message_complete()
+        response.on_message_complete()
 
     # -- the pool's side
 
-    def send(self, head: bytes, body: bytes | None, exchange: Response) -> None:
-        """Write the request and expect its response into `exchange`."""
+    def send(self, head: bytes, body: bytes | None, response: Response) -> None:
+        """Write the request and read its response into `response`."""
         transport = self._transport
         assert transport is not None
-        self._exchange = exchange
+        self._response = response
         self._last_read = self._loop.time()
         self._pool.watch(self)
         if body:
@@ -483,35 +508,35 @@ class Connection(asyncio.Protocol):
             transport.write(head)
 
     def check_silence(self, now: float, timeout: float) -> bool:
-        """The pool's sweep: fail the exchange when the server has been silent for `timeout`
+        """The pool's sweep: fail the response when the server has been silent for `timeout`
         seconds; whether the connection is still to be watched."""
-        exchange = self._exchange
-        if exchange is None or exchange.complete:
+        response = self._response
+        if response is None or response.complete:
             return False
-        if exchange.paused:  # the reader is behind, not the server: wait for the reader
+        if response.paused:  # the reader is behind, not the server: wait for the reader
             self._last_read = now
             return True
         if now - self._last_read < timeout:
             return True
-        exchange._fail(TimeoutError(f"no data from the server for {timeout:g} s"))
+        response._fail(TimeoutError(f"no data from the server for {timeout:g} s"))
         self.reusable = False
         self.close()
         return False
 
-    def done_with(self, exchange: Response) -> bool:
-        """End `exchange` on this connection; whether the connection may serve another."""
-        if self._exchange is exchange:
-            self._exchange = None
-        if not exchange.complete:  # a complete one was unwatched as it completed
+    def done_with(self, response: Response) -> bool:
+        """End `response` on this connection; whether the connection may serve another."""
+        if self._response is response:
+            self._response = None
+        if not response.complete:  # a complete one was unwatched as it completed
             self._pool.unwatch(self)
             self.reusable = False
         return self.reusable and not self.closed
 
     def broken(self, error: BaseException) -> None:
-        """The response cannot be read on: fail the exchange, close the connection."""
+        """The response cannot be read on: fail it, close the connection."""
         self.reusable = False
-        if self._exchange is not None:
-            self._exchange._fail(error)
+        if self._response is not None:
+            self._response._fail(error)
         self.close()
 
     def pause(self) -> None:
@@ -565,16 +590,26 @@ class Pool:
         """Connections in the pool waiting for a request."""
         return len(self._idle)
 
-    async def exchange(
-        self, method: str, target: str, headers: Mapping[str, str], body: bytes | None
-    ) -> tuple[Connection, Exchange]:
-        """Send a request; the connection it went out on, and its exchange (see `Exchange`).
+    async def send(
+        self,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        fresh: bool = False,
+    ) -> tuple[Connection, AwaitedResponse]:
+        """Send a request on an idle connection, or a new one (`fresh`: always a new one); the
+        connection it went out on, and its response (see `AwaitedResponse`).
 
         Raises OSError or TimeoutError when no connection could be made, ValueError for a header
         with a line break, and RuntimeError once the pool is closed.
         """
         head = self.head(method, target, headers, body)
-        return self._send(await self._connection(), method, head, body)
+        connection = await (self._new_connection() if fresh else self._connection())
+        # A HEAD's response has no body whatever its length says.
+        response = AwaitedResponse(connection, self.loop, head_only=method == "HEAD")
+        connection.send(head, body, response)
+        return connection, response
 
     def idle_connection(self) -> Connection | None:
         """An idle connection to send a request on with `deliver` (None: none is idle)."""
@@ -585,33 +620,24 @@ class Pool:
     def deliver(
         self,
         delivery: Delivery,
+        connection: Connection,
         method: str,
         target: str,
         headers: Mapping[str, str],
         body: bytes | None,
     ) -> None:
-        """Send a request on `delivery`'s connection (from `idle_connection`), its response read
-        whole into `delivery` (see `Delivery`).
+        """Send a request on `connection` (from `idle_connection`), its response read whole into
+        `delivery` (see `Delivery`).
 
         Raises ValueError for a header with a line break (the connection stays idle).
         """
-        connection = delivery._connection
+        delivery._connection = connection
         try:
             head = self.head(method, target, headers, body)
         except ValueError:
             self._idle.append(connection)
             raise
         connection.send(head, body, delivery)
-
-    async def retry_fresh(
-        self, connection: Connection, exchange: Exchange, method: str, target: str,
-        headers: Mapping[str, str], body: bytes | None,
-    ) -> tuple[Connection, Exchange]:  # fmt: skip
-        """Send the request again on a new connection: for a reused one the server closed before
-        answering a byte (it was closing it as the request went out)."""
-        self.release(connection, exchange)
-        head = self.head(method, target, headers, body)
-        return self._send(await self._new_connection(), method, head, body)
 
     def head(
         self, method: str, target: str, headers: Mapping[str, str], body: bytes | None
@@ -629,14 +655,6 @@ class Pool:
         if body is None:
             return start + b"\r\n"
         return b"%scontent-length: %d\r\n\r\n" % (start, len(body))
-
-    def _send(
-        self, connection: Connection, method: str, head: bytes, body: bytes | None
-    ) -> tuple[Connection, Exchange]:
-        # A HEAD's response has no body whatever its length says.
-        exchange = Exchange(connection, self.loop, head_only=method == "HEAD")
-        connection.send(head, body, exchange)
-        return connection, exchange
 
     def watch(self, connection: Connection) -> None:
         """Check `connection`'s silence from now on (it sent a request)."""
@@ -657,9 +675,9 @@ class Pool:
         if self._busy:
             self._sweep = self.loop.call_later(self._tick, self._check_silences)
 
-    def release(self, connection: Connection, exchange: Response) -> None:
-        """Done with `exchange`: its connection back to the pool if reusable, else closed."""
-        if not connection.done_with(exchange) or self.closed:
+    def release(self, connection: Connection, response: Response) -> None:
+        """Done with `response`: its connection back to the pool if reusable, else closed."""
+        if not connection.done_with(response) or self.closed:
             connection.close()
             return
         connection.idle_since = self.loop.time()
@@ -703,13 +721,7 @@ class Pool:
 
         try:
             async with asyncio.timeout(self.connect_timeout):
-                _, connection = await self.loop.create_connection(
-                    protocol,
-                    self.origin.host,
-                    self.origin.port,
-                    ssl=self.origin.tls,
-                    server_hostname=self.origin.host if self.origin.tls else None,
-                )
+                connection = await self.origin.connect(self.loop, protocol)
         except BaseException:
             if not made or not made[0].was_made:  # else its connection_lost gives the slot back
                 self._open -= 1
