@@ -1,8 +1,8 @@
-"""What the upstream HTTP client costs the proxy: CPU per request of proxy/http1.py against aiohttp's.
+"""What the upstream HTTP client costs the proxy: CPU per request of proxy/upstream_http1.py against aiohttp's.
 
 Both clients run in one process, on one event loop (uvloop), against `bench.fake_upstream` in a
 process of its own, each as the proxy configures it: `HttpUpstream` (proxy/upstream.py over
-proxy/http1.py's pool) and an aiohttp `ClientSession` set up as the proxy's upstream client was
+proxy/upstream_http1.py's pool) and an aiohttp `ClientSession` set up as the proxy's upstream client was
 before it (a `TCPConnector` with the same limit, keep-alive and DNS cache, a socket read
 timeout, automatic decompression). Each request is the benchmark's chat turn (bench/bodies.py,
 7 kB with 17 tools) sent whole, its answer read whole (`plain`) or as a stream of events
@@ -132,7 +132,7 @@ def report(samples: dict[str, dict[str, list[float]]], command: str, loads: tupl
         f"Command: `{command}`; load average at start {loads[0]}, at the end {loads[1]}.",
         "",
         "CPU µs of the process per request, median (min–max) over rounds; the ratio is aiohttp's",
-        "÷ proxy/http1.py's of the same round.",
+        "÷ proxy/upstream_http1.py's of the same round.",
         "",
     ]
     body = []
@@ -140,7 +140,7 @@ def report(samples: dict[str, dict[str, list[float]]], command: str, loads: tupl
         own, theirs = samples["http1"][kind], samples["aiohttp"][kind]
         ratios = [a / b for a, b in zip(theirs, own, strict=True)]
         body.append([kind, _spread(theirs), _spread(own), f"{_spread(ratios, '.2f')}×"])
-    header = ["request", "aiohttp", "proxy/http1.py", "aiohttp ÷ http1"]
+    header = ["request", "aiohttp", "proxy/upstream_http1.py", "aiohttp ÷ http1"]
     lines.append(markdown_table(header, body))
     return "\n".join(lines) + "\n"
 

@@ -30,6 +30,7 @@ import orjson
 
 from proxy.guard.channels import Violation
 from proxy.guard.toolcheck import parse_arguments
+from proxy.protocols.base import API
 from proxy.statistics import Z_95, relative_risk, spearman, wilson
 
 _K = TypeVar("_K")
@@ -427,7 +428,7 @@ def skip_reason(api: str, body: Mapping[str, Any]) -> SkipReason | None:
     as is, the reference would refuse it (it does not know the ids) or, worse, answer a
     question without its context; the pair would compare nothing.
     """
-    if api != "responses":
+    if api != API.RESPONSES:
         return None
     if body.get("previous_response_id") is not None:
         return SkipReason.PREVIOUS_RESPONSE_ID

@@ -52,6 +52,7 @@ from opentelemetry.trace import (
 
 from proxy.guard.channels import Violation
 from proxy.otlp import Encoder, Exporter, Sender, SpanRecord, new_id
+from proxy.protocols.base import API as WireAPI
 
 SEMCONV_VERSION = "1.44.0"
 """The GenAI semantic conventions release followed (gen_ai_latest_experimental)."""
@@ -97,7 +98,11 @@ REPAIRS = "toolsentry.repairs"
 VIOLATIONS = "toolsentry.violations"
 
 # What each protocol's operation is called in the conventions.
-OPERATIONS = {"chat": "chat", "responses": "chat", "messages": "chat"}
+OPERATIONS: dict[str, str] = {
+    WireAPI.CHAT: "chat",
+    WireAPI.RESPONSES: "chat",
+    WireAPI.MESSAGES: "chat",
+}
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from proxy.errors import (
     UpstreamStatusError,
     UpstreamTimeoutError,
 )
+from proxy.headers import HEADER_PREFIX
 from proxy.tracing import CURRENT as CURRENT_TRACE
 from proxy.tracing import AttemptSpan, RequestTrace
 from proxy.upstream_http1 import (
@@ -183,7 +184,6 @@ USER_AGENT = f"toolsentry/{__version__}"
 _CLIENT_KEYS = frozenset({"authorization", "x-api-key"})
 
 # The proxy's own per-request controls (x-toolsentry-max-errors, x-toolsentry-repair).
-_PROXY_HEADERS = "x-toolsentry-"
 
 
 def forwardable_headers(
@@ -205,7 +205,7 @@ def forwardable_headers(
             key in _HOP_HEADERS
             or key in _CLIENT_KEYS
             or key in also_drop
-            or key.startswith(_PROXY_HEADERS)
+            or key.startswith(HEADER_PREFIX)
         ):
             continue
         out[key] = value
