@@ -198,6 +198,13 @@ def probe_command(
                 soft_wrap=True,  # one line: the command is copied as it stands
             )
             raise typer.Exit(130) from None
+    _print_probe(run, figures, path, pages, console)
+
+
+def _print_probe(
+    run: ProbeRun, figures: ProbeFigures, path: Path, pages: list[Path], console: Console
+) -> None:
+    """Print a finished probe's tables and where its output files are."""
     for renderable in render_terminal(figures):
         console.print(renderable)
     console.print(
