@@ -30,7 +30,7 @@ def reported_port(
     port_file: Path,
     log: Callable[[], str],
     *,
-    timeout: float = 60,
+    timeout: float = 120,
 ) -> int:
     """The port `process` (started with `port_options(port_file)`) listens on: it writes the file
     once its socket listens, so a connection made from then on is never refused. Raises

@@ -185,7 +185,7 @@ def serving(*command: str, health: str, logs: Path) -> Iterator[str]:
         )
     try:
         url = f"http://127.0.0.1:{reported_port(process, logs / f'{command[0]}.port', tail(log))}"
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # a safety net against a hang, not a measure
         while True:
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(url + health, timeout=1).status_code == 200:
