@@ -110,11 +110,7 @@ async def run_episode(
             if env.errors >= max_errors:
                 reason = TerminationReason.TOO_MANY_ERRORS
 
-    for index, m in enumerate(trajectory):
-        m.turn_idx = index
-    block = toolsentry_block(trajectory)
-    block["episode_errors"] = env.errors
-    block["failure"] = failure
+    block = _finish_trajectory(trajectory, env.errors, failure)
     end_time = now_iso()
     return SimulationRun(
         id=simulation_id or str(uuid.uuid4()),
@@ -138,6 +134,17 @@ class _Ended(NamedTuple):
 
     reason: TerminationReason
     failure: str
+
+
+def _finish_trajectory(trajectory: list[Any], errors: int, failure: str | None) -> dict[str, Any]:
+    """Number the turns of an ended `trajectory` and return its `toolsentry` block, with the
+    environment's error count and what failed."""
+    for index, m in enumerate(trajectory):
+        m.turn_idx = index
+    block = toolsentry_block(trajectory)
+    block["episode_errors"] = errors
+    block["failure"] = failure
+    return block
 
 
 async def _ask_user(user: UserSimulator, trajectory: list[Any]) -> Any:
