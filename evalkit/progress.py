@@ -37,8 +37,8 @@ LINE_INTERVAL_S = (
 class ProgressLines:
     """The counts of progress bars as plain lines on `console` when it is not a terminal: a bar's
     first count, then at most one line every `interval_s` seconds, and its last count. A line reads
-    `NAME: DONE/TOTAL UNIT  STATS`, printed once the count it gives is true (what it counts is
-    finished and kept)."""
+    `NAME: DONE/TOTAL UNIT  STATS`, printed once what it counts has finished (a test may act on
+    it: Ctrl-C from then on keeps that many)."""
 
     console: Console
     unit: str
