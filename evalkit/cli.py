@@ -515,17 +515,7 @@ def replay_command(
     ] = "chat",
 ) -> None:
     """Replay a domain's tasks through the proxy and show what a flat score hides."""
-    from evalkit.progress import ReplayProgress
-    from evalkit.replay import execute
-    from evalkit.summary import (
-        arm_keys,
-        headline,
-        replay_preamble,
-        summarize_replay,
-        tables,
-        write_summary,
-    )
-    from proxy.logs import configure_logging
+    from evalkit.summary import summarize_replay
 
     console = Console()
     with exit_on_error():
@@ -555,21 +545,38 @@ def replay_command(
             )
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
             replay = Replay.start(options, out or Path("runs") / f"{domain}-{stamp}")
-        if replay.options.embedded:
-            # The in-process proxy logs every request; the progress bars are the log here.
-            configure_logging("error", stream=io.StringIO())
-        try:
-            with ReplayProgress(replay, console) as progress:
-                asyncio.run(execute(replay, progress.on_episode))
-        except KeyboardInterrupt:
-            kept = sum(len(r.simulations) for r in replay.runs.values())
-            console.print(
-                f"interrupted: {kept} finished episodes kept in {replay.out}; "
-                f"finish with: evalkit replay --resume {replay.out}",
-                soft_wrap=True,  # one line: the command is copied as it stands
-            )
-            raise typer.Exit(130) from None
+        _play(replay, console)
         runs = summarize_replay(replay)
+    _print_replay_summary(replay, runs, console)
+
+
+def _play(replay: Replay, console: Console) -> None:
+    """Play `replay`'s pending episodes under its progress bars. Ctrl-C keeps the finished ones
+    and says how to finish (exit 130)."""
+    from evalkit.progress import ReplayProgress
+    from evalkit.replay import execute
+    from proxy.logs import configure_logging
+
+    if replay.options.embedded:
+        # The in-process proxy logs every request; the progress bars are the log here.
+        configure_logging("error", stream=io.StringIO())
+    try:
+        with ReplayProgress(replay, console) as progress:
+            asyncio.run(execute(replay, progress.on_episode))
+    except KeyboardInterrupt:
+        kept = sum(len(r.simulations) for r in replay.runs.values())
+        console.print(
+            f"interrupted: {kept} finished episodes kept in {replay.out}; "
+            f"finish with: evalkit replay --resume {replay.out}",
+            soft_wrap=True,  # one line: the command is copied as it stands
+        )
+        raise typer.Exit(130) from None
+
+
+def _print_replay_summary(replay: Replay, runs: list[RunAnalysis], console: Console) -> None:
+    """Print what `replay` shows (its tables and headline) and write its summary file."""
+    from evalkit.summary import arm_keys, headline, replay_preamble, tables, write_summary
+
     for line in replay_preamble(replay):
         console.print(line, highlight=False)
     for table in tables(runs):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import time
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from evalkit.agent import Agent
 from evalkit.domains.base import Domain
@@ -81,15 +81,9 @@ async def run_episode(
 
     while reason is None:
         if receiver is _Role.USER:
-            try:
-                reply = await user.respond(list(trajectory))
-                if not reply.is_tool_call() and not reply.has_text():
-                    raise UserSimulatorError("the user sent an empty message")
-            except UserSimulatorError as exc:
-                reason, failure = TerminationReason.USER_ERROR, exc.message
-                break
-            except EndpointError as exc:
-                reason, failure = TerminationReason.INFRASTRUCTURE_ERROR, exc.message
+            reply = await _ask_user(user, trajectory)
+            if isinstance(reply, _Ended):
+                reason, failure = reply
                 break
             if is_user_stop(reply):
                 reason = TerminationReason.USER_STOP
@@ -97,20 +91,9 @@ async def run_episode(
             message, sender = reply, _Role.USER
             receiver = _Role.ENV if reply.is_tool_call() else _Role.AGENT
         elif receiver is _Role.AGENT:
-            try:
-                answer = await agent.respond(list(trajectory))
-                if not answer.is_tool_call() and not answer.has_text():
-                    raise AgentError("the agent sent an empty message")
-            except AgentError as exc:
-                reason, failure = TerminationReason.AGENT_ERROR, exc.message
-                break
-            except EndpointError as exc:
-                failure = exc.message
-                reason = (
-                    TerminationReason.TOO_MANY_ERRORS
-                    if exc.error_type == BUDGET_EXHAUSTED
-                    else TerminationReason.INFRASTRUCTURE_ERROR
-                )
+            answer = await _ask_agent(agent, trajectory)
+            if isinstance(answer, _Ended):
+                reason, failure = answer
                 break
             if is_agent_stop(answer):
                 reason = TerminationReason.AGENT_STOP
@@ -118,12 +101,7 @@ async def run_episode(
             message, sender = answer, _Role.AGENT
             receiver = _Role.ENV if answer.is_tool_call() else _Role.USER
         else:
-            requestor = "user" if sender is _Role.USER else "assistant"
-            results: list[ToolMessage] = []
-            for call in message.tool_calls or []:
-                call.requestor = requestor
-                results.append(env.execute(call))
-            trajectory.extend(results)
+            trajectory.extend(_run_tools(env, message, sender))
             sender, receiver = _Role.ENV, sender
         steps += 1
         if receiver is not _Role.ENV:
@@ -132,11 +110,7 @@ async def run_episode(
             if env.errors >= max_errors:
                 reason = TerminationReason.TOO_MANY_ERRORS
 
-    for index, m in enumerate(trajectory):
-        m.turn_idx = index
-    block = toolsentry_block(trajectory)
-    block["episode_errors"] = env.errors
-    block["failure"] = failure
+    block = _finish_trajectory(trajectory, env.errors, failure)
     end_time = now_iso()
     return SimulationRun(
         id=simulation_id or str(uuid.uuid4()),
@@ -153,6 +127,66 @@ async def run_episode(
         seed=seed,
         toolsentry=block,
     )
+
+
+class _Ended(NamedTuple):
+    """Why an episode ends without the next message, and what failed."""
+
+    reason: TerminationReason
+    failure: str
+
+
+def _finish_trajectory(trajectory: list[Any], errors: int, failure: str | None) -> dict[str, Any]:
+    """Number the turns of an ended `trajectory` and return its `toolsentry` block, with the
+    environment's error count and what failed."""
+    for index, m in enumerate(trajectory):
+        m.turn_idx = index
+    block = toolsentry_block(trajectory)
+    block["episode_errors"] = errors
+    block["failure"] = failure
+    return block
+
+
+async def _ask_user(user: UserSimulator, trajectory: list[Any]) -> Any:
+    """The user's next message, or why the episode ends (`_Ended`)."""
+    try:
+        reply = await user.respond(list(trajectory))
+        if not reply.is_tool_call() and not reply.has_text():
+            raise UserSimulatorError("the user sent an empty message")
+    except UserSimulatorError as exc:
+        return _Ended(TerminationReason.USER_ERROR, exc.message)
+    except EndpointError as exc:
+        return _Ended(TerminationReason.INFRASTRUCTURE_ERROR, exc.message)
+    return reply
+
+
+async def _ask_agent(agent: Agent, trajectory: list[Any]) -> Any:
+    """The agent's next message, or why the episode ends (`_Ended`; the proxy's exhausted error
+    budget ends it as too many errors)."""
+    try:
+        answer = await agent.respond(list(trajectory))
+        if not answer.is_tool_call() and not answer.has_text():
+            raise AgentError("the agent sent an empty message")
+    except AgentError as exc:
+        return _Ended(TerminationReason.AGENT_ERROR, exc.message)
+    except EndpointError as exc:
+        reason = (
+            TerminationReason.TOO_MANY_ERRORS
+            if exc.error_type == BUDGET_EXHAUSTED
+            else TerminationReason.INFRASTRUCTURE_ERROR
+        )
+        return _Ended(reason, exc.message)
+    return answer
+
+
+def _run_tools(env: Environment, message: Any, sender: _Role) -> list[ToolMessage]:
+    """The environment's results of the tool calls in `message`, which `sender` made."""
+    requestor = "user" if sender is _Role.USER else "assistant"
+    results: list[ToolMessage] = []
+    for call in message.tool_calls or []:
+        call.requestor = requestor
+        results.append(env.execute(call))
+    return results
 
 
 def _cost(messages: list[Any], kind: type) -> float | None:

@@ -1,9 +1,14 @@
 """The live view of a replay: one progress bar per arm with its mean reward and failures per
-episode so far, counted by `evalkit.analysis` as the summary counts them (the proxy's budget)."""
+episode so far, counted by `evalkit.analysis` as the summary counts them (the proxy's budget).
+
+Where the output is not a terminal (a pipe, a log file) rich's bars show nothing until the end;
+`ProgressLines` says the same counts as plain lines there.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from types import TracebackType
 
 from rich.console import Console
@@ -22,6 +27,39 @@ from evalkit.formats import SimulationRun
 from evalkit.replay import Arm, Replay
 from evalkit.summary import replay_tools
 from evalkit.termination import TerminationReason
+
+LINE_INTERVAL_S = (
+    10.0  # a bar's count at most this often as a plain line (its first and last always)
+)
+
+
+@dataclass
+class ProgressLines:
+    """The counts of progress bars as plain lines on `console` when it is not a terminal: a bar's
+    first count, then at most one line every `interval_s` seconds, and its last count. A line reads
+    `NAME: DONE/TOTAL UNIT  STATS`, printed once what it counts has finished (a test may act on
+    it: Ctrl-C from then on keeps that many)."""
+
+    console: Console
+    unit: str
+    interval_s: float = LINE_INTERVAL_S
+    _said: dict[str, float] = field(default_factory=dict)
+
+    def update(self, name: str, completed: int, total: int | None, stats: str) -> None:
+        """Say bar `name`'s count `completed` of `total` (None: not known yet) when it is due."""
+        if self.console.is_terminal:
+            return  # the live bars say it
+        now = time.monotonic()
+        said = self._said.get(name)
+        if said is not None and now - said < self.interval_s and completed != total:
+            return
+        self._said[name] = now
+        count = f"{completed}/{total}" if total is not None else str(completed)
+        self.console.print(
+            f"{name.strip()}: {count} {self.unit}  {stats}".rstrip(),
+            highlight=False,
+            soft_wrap=True,  # one line, however narrow the console thinks it is
+        )
 
 
 @dataclass
@@ -61,8 +99,10 @@ class ReplayProgress:
             TimeElapsedColumn(),
             console=console,
         )
+        self.lines = ProgressLines(console, "episodes")
         width = max(len(a.name) for a in replay.arms)
         per_arm = len(replay.tasks) * replay.options.trials
+        self.per_arm = per_arm
         self.tallies: dict[str, _Tally] = {}
         tools = replay_tools(replay)
         for arm in replay.arms:
@@ -78,6 +118,7 @@ class ReplayProgress:
         tally = self.tallies[arm.name]
         tally.add(simulation)
         self.progress.update(tally.task, completed=tally.episodes, stats=tally.text())
+        self.lines.update(arm.name, tally.episodes, self.per_arm, tally.text())
 
     def __enter__(self) -> ReplayProgress:
         self.progress.start()

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evalkit.domains.base import Domain
 from evalkit.env import Environment
 from evalkit.messages import AssistantMessage, ToolCall, UserMessage
-from evalkit.tasks import Action, EnvAssertion, RewardType, Task
+from evalkit.tasks import Action, EnvAssertion, EvaluationCriteria, RewardType, Task
 from evalkit.termination import NORMAL_ENDINGS
 
 SUCCESS_TOLERANCE = 1e-6
@@ -259,24 +259,7 @@ def evaluate(
     info: dict[str, Any] = {}
     reward = 1.0
 
-    db: DBCheck | None = None
-    assertions: list[EnvAssertionCheck] = []
-    if criteria.actions is None and criteria.env_assertions is None:
-        db = DBCheck(db_match=True, db_reward=1.0)
-    elif not criteria.env_assertions:
-        db = db_check(domain, task, messages, shortcut=shortcut)
-    else:
-        predicted = replay_episode(domain, task, messages)
-        gold, failed = replay_gold(domain, task)
-        match = predicted.db_hashes() == gold.db_hashes()
-        db = DBCheck(db_match=match, db_reward=1.0 if match else 0.0)
-        if failed:
-            info["gold_replay_failures"] = failed
-        for assertion in criteria.env_assertions:
-            met = predicted.check_assertion(assertion)
-            assertions.append(
-                EnvAssertionCheck(env_assertion=assertion, met=met, reward=float(met))
-            )
+    db, assertions = _environment_checks(domain, task, criteria, messages, info, shortcut=shortcut)
     if RewardType.DB in basis:
         breakdown[RewardType.DB] = db.db_reward
         reward *= db.db_reward
@@ -297,18 +280,11 @@ def evaluate(
         breakdown[RewardType.COMMUNICATE] = value
         reward *= value
 
-    nl_assertions = criteria.nl_assertions or []
     if RewardType.NL_ASSERTION in basis:
-        if not nl_assertions:
-            breakdown[RewardType.NL_ASSERTION] = 1.0
-            info["nl"] = {"note": "No nl_assertions to evaluate"}
-        elif nl_checks is None:
-            info["not_evaluated"] = [RewardType.NL_ASSERTION.value]
-            info["nl"] = {"note": "NL assertions not evaluated: no judge endpoint was given"}
-        else:
-            value = 1.0 if all(c.met for c in nl_checks) else 0.0
-            breakdown[RewardType.NL_ASSERTION] = value
-            reward *= value
+        nl_value = _nl_value(criteria.nl_assertions or [], nl_checks, info)
+        if nl_value is not None:
+            breakdown[RewardType.NL_ASSERTION] = nl_value
+            reward *= nl_value
 
     return RewardInfo(
         reward=reward,
@@ -321,6 +297,47 @@ def evaluate(
         reward_breakdown=breakdown,
         info=info,
     )
+
+
+def _environment_checks(
+    domain: Domain,
+    task: Task,
+    criteria: EvaluationCriteria,
+    messages: Sequence[Any],
+    info: dict[str, Any],
+    *,
+    shortcut: bool,
+) -> tuple[DBCheck, list[EnvAssertionCheck]]:
+    """The database check and the checks of the task's environment assertions (on the episode's
+    replayed environment); gold actions that fail on replay are noted in `info`."""
+    if criteria.actions is None and criteria.env_assertions is None:
+        return DBCheck(db_match=True, db_reward=1.0), []
+    if not criteria.env_assertions:
+        return db_check(domain, task, messages, shortcut=shortcut), []
+    predicted = replay_episode(domain, task, messages)
+    gold, failed = replay_gold(domain, task)
+    match = predicted.db_hashes() == gold.db_hashes()
+    if failed:
+        info["gold_replay_failures"] = failed
+    assertions = []
+    for assertion in criteria.env_assertions:
+        met = predicted.check_assertion(assertion)
+        assertions.append(EnvAssertionCheck(env_assertion=assertion, met=met, reward=float(met)))
+    return DBCheck(db_match=match, db_reward=1.0 if match else 0.0), assertions
+
+
+def _nl_value(
+    nl_assertions: list[str], nl_checks: list[NLAssertionCheck] | None, info: dict[str, Any]
+) -> float | None:
+    """The NL assertions' part of the reward, or None when no judge ran (noted in `info`)."""
+    if not nl_assertions:
+        info["nl"] = {"note": "No nl_assertions to evaluate"}
+        return 1.0
+    if nl_checks is None:
+        info["not_evaluated"] = [RewardType.NL_ASSERTION.value]
+        info["nl"] = {"note": "NL assertions not evaluated: no judge endpoint was given"}
+        return None
+    return 1.0 if all(c.met for c in nl_checks) else 0.0
 
 
 async def evaluate_with_judge(

@@ -189,8 +189,3 @@ def load_tasks(path: Path) -> list[Task]:
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno})") from exc
     return parse_tasks(data, source=str(path))
-
-
-def dump_tasks(tasks: list[Task]) -> list[dict[str, Any]]:
-    """JSON-ready dicts of `tasks` (unset fields left out, unknown fields kept)."""
-    return [t.model_dump(mode="json", exclude_unset=True) for t in tasks]

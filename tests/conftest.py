@@ -76,7 +76,7 @@ def _start_redis(binary: str) -> RedisServer:
             stderr=subprocess.STDOUT,
         )
         server = RedisServer(port, process)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # a safety net: a busy machine starts it late
         while process.poll() is None and time.monotonic() < deadline:
             try:
                 if server.command("PING").startswith(b"+PONG"):

@@ -3,11 +3,14 @@ also when they hang."""
 
 from __future__ import annotations
 
+import queue
+import re
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 
 class ServerNotStarted(RuntimeError):
@@ -27,7 +30,7 @@ def reported_port(
     port_file: Path,
     log: Callable[[], str],
     *,
-    timeout: float = 60,
+    timeout: float = 120,
 ) -> int:
     """The port `process` (started with `port_options(port_file)`) listens on: it writes the file
     once its socket listens, so a connection made from then on is never refused. Raises
@@ -63,3 +66,51 @@ def stop_process(process: subprocess.Popen[Any], timeout: float) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.communicate()
+
+
+class OutputLines:
+    """A child's text pipe read line by line in a thread, so that a test can wait for a line the
+    child prints at a point it reached (a finished episode, a kept answer) and act then, and still
+    have the whole output once the child ends."""
+
+    def __init__(self, pipe: IO[str] | None) -> None:
+        assert pipe is not None, "the child's output goes to a pipe (subprocess.PIPE)"
+        self.lines: list[str] = []
+        self._landed: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self._reader.start()
+
+    def _read(self, pipe: IO[str]) -> None:
+        with pipe:  # closed at its end, as `communicate` would
+            for line in pipe:
+                self.lines.append(line)
+                self._landed.put(line)
+        self._landed.put(None)  # the end of the output
+
+    def wait_for(self, pattern: str, *, timeout: float = 300) -> str:
+        """The first line from here on that `re.search(pattern, line)` finds. Raises
+        AssertionError with the output so far when the output ends first, or after `timeout` s
+        (a safety net against a child that hangs, not a measure of its speed)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._landed.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(
+                    f"no line matching {pattern!r} within {timeout} s:\n{self.text()}"
+                ) from None
+            if line is None:
+                raise AssertionError(
+                    f"the output ended with no line matching {pattern!r}:\n{self.text()}"
+                )
+            if re.search(pattern, line):
+                return line
+
+    def text(self) -> str:
+        """The output read so far."""
+        return "".join(self.lines)
+
+    def whole(self, timeout: float = 60) -> str:
+        """The whole output, once the pipe is closed (the child ended)."""
+        self._reader.join(timeout)
+        return self.text()

@@ -90,11 +90,6 @@ class DomainData:
         return loaded.tasks if loaded is not None else ()
 
 
-def domain_tools(data_dir: Path | None = None) -> ToolSource:
-    """A source of the tools of registered domains (see `DomainData`)."""
-    return DomainData(data_dir).tools
-
-
 def _domain_dir(domain: str, data_dir: Path | None) -> Path | None:
     if data_dir is None:
         return None

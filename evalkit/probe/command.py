@@ -19,6 +19,7 @@ from evalkit.probe.asking import Answer, AskSettings, Target
 from evalkit.probe.figures import ProbeFigures
 from evalkit.probe.render import render_terminal, write_pages
 from evalkit.probe.run import OUTPUT_FILE, ProbeOptions, ProbeRun
+from evalkit.progress import ProgressLines
 
 
 def targets_from(
@@ -197,6 +198,13 @@ def probe_command(
                 soft_wrap=True,  # one line: the command is copied as it stands
             )
             raise typer.Exit(130) from None
+    _print_probe(run, figures, path, pages, console)
+
+
+def _print_probe(
+    run: ProbeRun, figures: ProbeFigures, path: Path, pages: list[Path], console: Console
+) -> None:
+    """Print a finished probe's tables and where its output files are."""
     for renderable in render_terminal(figures):
         console.print(renderable)
     console.print(
@@ -254,6 +262,7 @@ def ask_pending(
     per_route = len(run.contexts.contexts) * run.options.samples
     routes = ["direct", "proxy"] if run.options.proxy_url else ["direct"]
     bars = {}
+    totals: dict[tuple[str, str], int | None] = {}
     tallies: dict[tuple[str, str], list[int]] = {}
     width = max(len(t.name) for t in run.options.targets) + 7
     for t in run.options.targets:
@@ -266,21 +275,24 @@ def ask_pending(
             tallies[(t.name, route)] = [len(done), sum(1 for a in done if a.violations)]
             # Through the proxy with --proxy-failing-only, the count grows as direct answers fail.
             known = route == "direct" or not run.options.proxy_failing_only
+            totals[(t.name, route)] = per_route if known else None
             bars[(t.name, route)] = progress.add_task(
                 f"{t.name} {route}".ljust(width),
-                total=per_route if known else None,
+                total=totals[(t.name, route)],
                 completed=len(done),
                 stats="",
             )
+
+    lines = ProgressLines(console, "answers")
 
     def on_answer(answer: Answer) -> None:
         where = (answer.key.target, answer.key.route)
         tally = tallies[where]
         tally[0] += 1
         tally[1] += bool(answer.violations)
-        progress.update(
-            bars[where], completed=tally[0], stats=f"violations {100 * tally[1] / tally[0]:5.1f}%"
-        )
+        stats = f"violations {100 * tally[1] / tally[0]:5.1f}%"
+        progress.update(bars[where], completed=tally[0], stats=stats)
+        lines.update(" ".join(where), tally[0], totals[where], stats)
 
     with progress:
         asyncio.run(run.execute(on_answer, only=only))

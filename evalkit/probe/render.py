@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from evalkit.analysis.table import Table, columns
-from evalkit.probe.figures import ANSWER_CHANNELS, ANY, ProbeFigures, Rate
+from evalkit.probe.figures import ANSWER_CHANNELS, ANY, PairFigures, ProbeFigures, Rate
 from evalkit.report import COLOURS, RenderedFigure, render_figure
 
 AGREEMENT_LABELS: Final = {
@@ -39,118 +39,126 @@ def rate_cell(rate: Rate) -> str:
 
 def tables(figures: ProbeFigures) -> list[Table]:
     """Every table of a probe, in reading order."""
-    names = [t.target.name for t in figures.targets]
-    out = [
-        Table(
-            title="Answers per target",
-            columns=columns(
-                "target",
-                "model",
-                "asked",
-                "answered",
-                "with a tool call",
-                "too long",
-                "window",
-                "rejected",
-                text=2,
-            ),
-            rows=[
-                [
-                    t.target.name,
-                    t.target.model,
-                    str(t.asked),
-                    str(t.answered),
-                    str(t.calling),
-                    str(t.too_long),
-                    "—" if t.window is None else str(t.window),
-                    str(t.rejected),
-                ]
-                for t in figures.targets
-            ],
-            note="Direct answers. With a tool call: answers the server parsed at least one call "
-            "from (calls left in the text count as leaked_tool_call below). Too long: the prompt (with max_tokens) did not fit the model's "
-            "window (its max_model_len), so the context was skipped and counted here.",
-        ),
-        Table(
-            title="Violations per channel",
-            columns=columns("channel", *names, text=1),
-            rows=[
-                [name, *(rate_cell(t.channels[name]) for t in figures.targets)]
-                for name in CHANNEL_NAMES
-            ],
-            note="Share of answers with a violation in the channel, classified by proxy.guard, in "
-            "percent, with a 95% bootstrap interval that resamples trajectories.",
-        ),
-        Table(
-            title="Agreement with the recorded turn",
-            columns=columns("agreement", *names, text=1),
-            rows=[
-                [AGREEMENT_LABELS[k], *(rate_cell(t.agreement[k]) for t in figures.targets)]
-                for k in AGREEMENT_LABELS
-            ],
-            note="Percent, 95% bootstrap interval over trajectories. Trigger: a tool called where "
-            "the recording called one, text where it wrote text (of all answers); tool names: the "
-            "same names in order (where both called); arguments: equal after canonical JSON "
-            "(where the names agree).",
-        ),
-    ]
-    for pair in figures.pairs:
-        rows = []
-        for name in CHANNEL_NAMES:
-            a, na, b, nb, ratio = pair.ratios[name]
-            shown = (
-                "—" if ratio is None else f"{ratio.ratio:.2f} [{ratio.low:.2f}, {ratio.high:.2f}]"
-            )
-            if ratio is not None and ratio.corrected:
-                shown += " *"
-            rows.append([name, f"{a}/{na}", f"{b}/{nb}", shown])
-        out.append(
-            Table(
-                title=f"{pair.other} against {pair.reference}",
-                columns=columns("channel", pair.reference, pair.other, "rate ratio", text=1),
-                rows=rows,
-                note=f"Over the {pair.contexts} contexts both answered. Rate ratio "
-                f"{pair.other}/{pair.reference} with a 95% Katz interval (* zero count: ½ added "
-                "to every cell).",
-                footnotes=(
-                    "Spearman correlation of failure signatures ((context, channel) counts): "
-                    f"{_num(pair.signature_correlation)}; novel share (of {pair.other}'s failures, "
-                    f"those whose signature {pair.reference} never shows): "
-                    f"{_share(pair.novel_share)}.",
-                    f"Wrong tool names: Spearman {_num(pair.tool_name_correlation)}, novel share "
-                    f"{_share(pair.novel_tool_name_share)}.",
-                ),
-            )
-        )
+    out = [_answers_table(figures), _violations_table(figures), _agreement_table(figures)]
+    out += [_pair_table(pair) for pair in figures.pairs]
     if figures.repairs:
-        repair_names = [r.target for r in figures.repairs]
-        rows = []
-        for channel in (c.value for c in ANSWER_CHANNELS):
-            cells = []
-            for r in figures.repairs:
-                reported, repaired = r.channels[channel]
-                cells.append(
-                    "—"
-                    if not reported
-                    else f"{repaired}/{reported} ({_pct(repaired / reported, 0)}%)"
-                )
-            rows.append([channel, *cells])
-        rows.append(
-            [
-                "delivered still failing",
-                *(f"{r.delivered_failing}/{r.answered}" for r in figures.repairs),
-            ]
-        )
-        out.append(
-            Table(
-                title="Repair through the proxy",
-                columns=columns("channel", *repair_names, text=1),
-                rows=rows,
-                note="Answers through the toolsentry proxy in which it reported the channel "
-                "(x-toolsentry-violations), and how many of them it delivered with no violation.",
-            )
-        )
+        out.append(_repair_table(figures))
     return out
+
+
+def _answers_table(figures: ProbeFigures) -> Table:
+    return Table(
+        title="Answers per target",
+        columns=columns(
+            "target",
+            "model",
+            "asked",
+            "answered",
+            "with a tool call",
+            "too long",
+            "window",
+            "rejected",
+            text=2,
+        ),
+        rows=[
+            [
+                t.target.name,
+                t.target.model,
+                str(t.asked),
+                str(t.answered),
+                str(t.calling),
+                str(t.too_long),
+                "—" if t.window is None else str(t.window),
+                str(t.rejected),
+            ]
+            for t in figures.targets
+        ],
+        note="Direct answers. With a tool call: answers the server parsed at least one call "
+        "from (calls left in the text count as leaked_tool_call below). Too long: the prompt (with max_tokens) did not fit the model's "
+        "window (its max_model_len), so the context was skipped and counted here.",
+    )
+
+
+def _violations_table(figures: ProbeFigures) -> Table:
+    names = [t.target.name for t in figures.targets]
+    return Table(
+        title="Violations per channel",
+        columns=columns("channel", *names, text=1),
+        rows=[
+            [name, *(rate_cell(t.channels[name]) for t in figures.targets)]
+            for name in CHANNEL_NAMES
+        ],
+        note="Share of answers with a violation in the channel, classified by proxy.guard, in "
+        "percent, with a 95% bootstrap interval that resamples trajectories.",
+    )
+
+
+def _agreement_table(figures: ProbeFigures) -> Table:
+    names = [t.target.name for t in figures.targets]
+    return Table(
+        title="Agreement with the recorded turn",
+        columns=columns("agreement", *names, text=1),
+        rows=[
+            [AGREEMENT_LABELS[k], *(rate_cell(t.agreement[k]) for t in figures.targets)]
+            for k in AGREEMENT_LABELS
+        ],
+        note="Percent, 95% bootstrap interval over trajectories. Trigger: a tool called where "
+        "the recording called one, text where it wrote text (of all answers); tool names: the "
+        "same names in order (where both called); arguments: equal after canonical JSON "
+        "(where the names agree).",
+    )
+
+
+def _pair_table(pair: PairFigures) -> Table:
+    rows = []
+    for name in CHANNEL_NAMES:
+        a, na, b, nb, ratio = pair.ratios[name]
+        shown = "—" if ratio is None else f"{ratio.ratio:.2f} [{ratio.low:.2f}, {ratio.high:.2f}]"
+        if ratio is not None and ratio.corrected:
+            shown += " *"
+        rows.append([name, f"{a}/{na}", f"{b}/{nb}", shown])
+    return Table(
+        title=f"{pair.other} against {pair.reference}",
+        columns=columns("channel", pair.reference, pair.other, "rate ratio", text=1),
+        rows=rows,
+        note=f"Over the {pair.contexts} contexts both answered. Rate ratio "
+        f"{pair.other}/{pair.reference} with a 95% Katz interval (* zero count: ½ added "
+        "to every cell).",
+        footnotes=(
+            "Spearman correlation of failure signatures ((context, channel) counts): "
+            f"{_num(pair.signature_correlation)}; novel share (of {pair.other}'s failures, "
+            f"those whose signature {pair.reference} never shows): "
+            f"{_share(pair.novel_share)}.",
+            f"Wrong tool names: Spearman {_num(pair.tool_name_correlation)}, novel share "
+            f"{_share(pair.novel_tool_name_share)}.",
+        ),
+    )
+
+
+def _repair_table(figures: ProbeFigures) -> Table:
+    repair_names = [r.target for r in figures.repairs]
+    rows = []
+    for channel in (c.value for c in ANSWER_CHANNELS):
+        cells = []
+        for r in figures.repairs:
+            reported, repaired = r.channels[channel]
+            cells.append(
+                "—" if not reported else f"{repaired}/{reported} ({_pct(repaired / reported, 0)}%)"
+            )
+        rows.append([channel, *cells])
+    rows.append(
+        [
+            "delivered still failing",
+            *(f"{r.delivered_failing}/{r.answered}" for r in figures.repairs),
+        ]
+    )
+    return Table(
+        title="Repair through the proxy",
+        columns=columns("channel", *repair_names, text=1),
+        rows=rows,
+        note="Answers through the toolsentry proxy in which it reported the channel "
+        "(x-toolsentry-violations), and how many of them it delivered with no violation.",
+    )
 
 
 def _share(value: float | None) -> str:

@@ -35,7 +35,7 @@ from evalkit.replay import (
 )
 from evalkit.summary import summarize_replay
 from tests.evalkit.conftest import Reply, ScriptedChatServer, completion
-from tests.processes import port_options, reported_port, stop_process, tail
+from tests.processes import OutputLines, port_options, reported_port, stop_process, tail
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -185,7 +185,7 @@ def serving(*command: str, health: str, logs: Path) -> Iterator[str]:
         )
     try:
         url = f"http://127.0.0.1:{reported_port(process, logs / f'{command[0]}.port', tail(log))}"
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # a safety net against a hang, not a measure
         while True:
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(url + health, timeout=1).status_code == 200:
@@ -385,15 +385,18 @@ def test_ctrl_c_keeps_finished_episodes_and_says_how_to_resume(tmp_path: Path) -
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        text=True,
     )  # fmt: skip
     results = out / "results.json"
-    deadline = time.monotonic() + 120
-    while not results.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    lines = OutputLines(process.stdout)
+    # The run says each finished episode (its progress, as plain lines off a terminal); the
+    # signal goes when the first is kept, so however busy the machine, 45 remain to interrupt.
+    lines.wait_for(r"^int4: 1/\d+ episodes")
     process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=60)
-    assert process.returncode == 130, output.decode()[-2000:]
-    assert f"finish with: evalkit replay --resume {out}\n" in output.decode()  # on one line
+    process.wait(timeout=60)
+    output = lines.whole()
+    assert process.returncode == 130, output[-2000:]
+    assert f"finish with: evalkit replay --resume {out}\n" in output  # on one line
     kept = read_results(results).simulations
     assert 0 < len(kept) < 46
 

@@ -79,8 +79,9 @@ def run_shadowed(tmp_path: Path, primary_profile: str, *, trials: int) -> Shadow
 
 
 def settled_stats(url: str) -> dict[str, Any]:
-    """`GET /v1/stats/shadow` once no shadow request is in flight any more."""
-    deadline = time.monotonic() + 60
+    """`GET /v1/stats/shadow` once no shadow request is in flight any more (the deadline is a
+    safety net against a hang, wide enough for a busy machine)."""
+    deadline = time.monotonic() + 300
     while True:
         stats: dict[str, Any] = httpx.get(f"{url}/v1/stats/shadow", timeout=30).json()
         if stats["in_flight"] == 0 or time.monotonic() > deadline:

@@ -285,6 +285,23 @@ def address_line(address: dict[str, str]) -> str:
 def generate_db(rng: random.Random, *, num_users: int = 72) -> dict[str, Any]:
     """The database as plain JSON data."""
     ids = _Ids(rng)
+    products = _products(rng, ids)
+    users: dict[str, Any] = {}
+    orders: dict[str, Any] = {}
+    names = list(itertools.product(FIRST_NAMES, LAST_NAMES))
+    rng.shuffle(names)
+    for first, last in names[:num_users]:
+        user = _user(rng, ids, first, last)
+        for _ in range(rng.randint(1, 4)):
+            order = _order(rng, ids, user, products)
+            orders[order["order_id"]] = order
+            user["orders"].append(order["order_id"])
+        users[user["user_id"]] = user
+    return {"products": products, "users": users, "orders": orders}
+
+
+def _products(rng: random.Random, ids: _Ids) -> dict[str, Any]:
+    """The catalogue: each product of PRODUCTS with 6 to 10 of its option combinations."""
     products: dict[str, Any] = {}
     for name, (options, (low, high)) in PRODUCTS.items():
         product_id = ids.new(10)
@@ -301,75 +318,72 @@ def generate_db(rng: random.Random, *, num_users: int = 72) -> dict[str, Any]:
                 "price": round(rng.uniform(low, high), 2),
             }
         products[product_id] = {"name": name, "product_id": product_id, "variants": variants}
+    return products
 
-    users: dict[str, Any] = {}
-    orders: dict[str, Any] = {}
-    names = list(itertools.product(FIRST_NAMES, LAST_NAMES))
-    rng.shuffle(names)
-    for first, last in names[:num_users]:
-        suffix = _digits(rng, 4)
-        user_id = f"{first}_{last}_{suffix}".lower()
-        methods: dict[str, Any] = {}
-        for kind in rng.sample(["credit_card", "paypal", "gift_card"], rng.randint(1, 3)):
-            method_id = ids.new(7, prefix=f"{kind}_")
-            method: dict[str, Any] = {"source": kind, "id": method_id}
-            if kind == "credit_card":
-                method.update(brand=rng.choice(BRANDS), last_four=_digits(rng, 4))
-            elif kind == "gift_card":
-                method["balance"] = float(rng.randint(0, 300))
-            methods[method_id] = method
-        address = random_address(rng)
-        order_ids: list[str] = []
-        user = {
-            "user_id": user_id,
-            "name": {"first_name": first, "last_name": last},
-            "address": address,
-            "email": f"{first}.{last}{suffix}@example.com".lower(),
-            "payment_methods": methods,
-            "orders": order_ids,
+
+def _user(rng: random.Random, ids: _Ids, first: str, last: str) -> dict[str, Any]:
+    """A user named `first last` with one to three payment methods and no orders yet."""
+    suffix = _digits(rng, 4)
+    methods: dict[str, Any] = {}
+    for kind in rng.sample(["credit_card", "paypal", "gift_card"], rng.randint(1, 3)):
+        method_id = ids.new(7, prefix=f"{kind}_")
+        method: dict[str, Any] = {"source": kind, "id": method_id}
+        if kind == "credit_card":
+            method.update(brand=rng.choice(BRANDS), last_four=_digits(rng, 4))
+        elif kind == "gift_card":
+            method["balance"] = float(rng.randint(0, 300))
+        methods[method_id] = method
+    return {
+        "user_id": f"{first}_{last}_{suffix}".lower(),
+        "name": {"first_name": first, "last_name": last},
+        "address": random_address(rng),
+        "email": f"{first}.{last}{suffix}@example.com".lower(),
+        "payment_methods": methods,
+        "orders": [],
+    }
+
+
+def _order(
+    rng: random.Random, ids: _Ids, user: dict[str, Any], products: dict[str, Any]
+) -> dict[str, Any]:
+    """An order of `user` for one to four products, paid with one of the user's methods; its
+    status decides its refund and its fulfillment."""
+    order_id = ids.new(7, prefix="#W")
+    chosen = [
+        rng.choice(list(p["variants"].values())) | {"product": p}
+        for p in rng.sample(list(products.values()), rng.randint(1, 4))
+    ]
+    items = [
+        {
+            "name": v["product"]["name"],
+            "product_id": v["product"]["product_id"],
+            "item_id": v["item_id"],
+            "price": v["price"],
+            "options": v["options"],
         }
-        for _ in range(rng.randint(1, 4)):
-            order_id = ids.new(7, prefix="#W")
-            chosen = [
-                rng.choice(list(p["variants"].values())) | {"product": p}
-                for p in rng.sample(list(products.values()), rng.randint(1, 4))
-            ]
-            items = [
-                {
-                    "name": v["product"]["name"],
-                    "product_id": v["product"]["product_id"],
-                    "item_id": v["item_id"],
-                    "price": v["price"],
-                    "options": v["options"],
-                }
-                for v in chosen
-            ]
-            status = rng.choices(
-                ["pending", "processed", "delivered", "cancelled"], weights=[40, 12, 35, 13]
-            )[0]
-            method_id = rng.choice(list(methods))
-            total = round(sum(i["price"] for i in items), 2)
-            history = [
-                {"transaction_type": "payment", "amount": total, "payment_method_id": method_id}
-            ]
-            if status == "cancelled":
-                history.append(
-                    {"transaction_type": "refund", "amount": total, "payment_method_id": method_id}
-                )
-            fulfillments = []
-            if status in ("processed", "delivered"):
-                fulfillments.append(
-                    {"tracking_id": [_digits(rng, 12)], "item_ids": [i["item_id"] for i in items]}
-                )
-            orders[order_id] = {
-                "order_id": order_id,
-                "user_id": user_id,
-                "address": dict(address) if rng.random() < 0.8 else random_address(rng),
-                "items": items,
-                "status": status,
-                "fulfillments": fulfillments,
-                "payment_history": history,
-            }
-            order_ids.append(order_id)
-        users[user_id] = user
-    return {"products": products, "users": users, "orders": orders}
+        for v in chosen
+    ]
+    status = rng.choices(
+        ["pending", "processed", "delivered", "cancelled"], weights=[40, 12, 35, 13]
+    )[0]
+    method_id = rng.choice(list(user["payment_methods"]))
+    total = round(sum(i["price"] for i in items), 2)
+    history = [{"transaction_type": "payment", "amount": total, "payment_method_id": method_id}]
+    if status == "cancelled":
+        history.append(
+            {"transaction_type": "refund", "amount": total, "payment_method_id": method_id}
+        )
+    fulfillments = []
+    if status in ("processed", "delivered"):
+        fulfillments.append(
+            {"tracking_id": [_digits(rng, 12)], "item_ids": [i["item_id"] for i in items]}
+        )
+    return {
+        "order_id": order_id,
+        "user_id": user["user_id"],
+        "address": dict(user["address"]) if rng.random() < 0.8 else random_address(rng),
+        "items": items,
+        "status": status,
+        "fulfillments": fulfillments,
+        "payment_history": history,
+    }

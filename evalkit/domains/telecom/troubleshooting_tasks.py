@@ -308,12 +308,48 @@ def troubleshooting_task(category: str, issues: list[str], case: Case, rng: rand
     setup: list[Call] = [("user", "set_user_info", {"name": case.name, "phone_number": case.phone})]
     for name in issues:
         setup += issue.setup(name)
+    gold, compare = _gold(category, issues, issue, unsolvable)
+    reason, steps = _user_story(category, issues, issue, unsolvable)
+    if "wifi_connected_home" in issues:
+        known_wifi = {
+            "device": {
+                "wifi_enabled": True,
+                "wifi_connected": True,
+                "wifi_ssid": f"HomeNet-{rng.randint(10, 99)}",
+                "wifi_signal_strength": "good",
+            }
+        }
+    else:
+        known_wifi = None
+    return Draft(
+        category=category,
+        issues=issues,
+        case=case,
+        reason=reason,
+        known=known_info(case, where),
+        instructions="\n".join(steps),
+        purpose=f"Troubleshooting path: {category.replace('_', ' ')} ({', '.join(issues)}).",
+        setup=setup,
+        gold=gold,
+        compare=compare,
+        assertions=_assertions(category, issues, issue, unsolvable),
+        basis=["ENV_ASSERTION", "ACTION"] if unsolvable else ["ENV_ASSERTION"],
+        user_data=known_wifi,
+        broken_before=not unsolvable,
+    )
+
+
+def _gold(
+    category: str, issues: list[str], issue: _Issue, unsolvable: bool
+) -> tuple[list[Call], dict[str, list[str]]]:
+    """The gold actions (identify, the symptom's check, each issue's fix, the check again or the
+    transfer to a human) and the arguments compared of those that are compared loosely."""
     first_check, last_check = {
         "service_issue": ("check_status_bar", "check_status_bar"),
         "mobile_data_issue": ("run_speed_test", "run_speed_test"),
         "mms_issue": ("can_send_mms", "can_send_mms"),
     }[category]
-    gold: list[Call] = [identify_by_phone(case), ("user", first_check, {})]
+    gold: list[Call] = [identify_by_phone(issue.case), ("user", first_check, {})]
     for name in issues:
         gold += issue.fix(name)
     compare: dict[str, list[str]] = {}
@@ -324,7 +360,13 @@ def troubleshooting_task(category: str, issues: list[str], case: Case, rng: rand
         compare["transfer_to_human_agents"] = []
     else:
         gold.append(("user", last_check, {}))
-    refuel = any(i == "data_usage_exceeded" for i in issues)
+    return gold, compare
+
+
+def _assertions(category: str, issues: list[str], issue: _Issue, unsolvable: bool) -> list[Call]:
+    """What must hold at the end: the symptom gone (or still there, when unsolvable), the overdue
+    bill paid, the data refueled."""
+    case = issue.case
     assertions: list[Call]
     if unsolvable:
         assertions = [("user", "assert_service_status", {"expected_status": "no_service"})]
@@ -345,7 +387,7 @@ def troubleshooting_task(category: str, issues: list[str], case: Case, rng: rand
         assertions.append(
             ("assistant", "assert_no_overdue_bill", {"overdue_bill_id": issue.overdue_bill})
         )
-    if refuel:
+    if "data_usage_exceeded" in issues:
         assertions.append(
             (
                 "assistant",
@@ -353,6 +395,13 @@ def troubleshooting_task(category: str, issues: list[str], case: Case, rng: rand
                 {"customer_id": case.cid, "line_id": case.lid, "expected_amount": issue.refuel_gb},
             )
         )
+    return assertions
+
+
+def _user_story(
+    category: str, issues: list[str], issue: _Issue, unsolvable: bool
+) -> tuple[str, list[str]]:
+    """Why the customer calls, and the steps of the user's instructions."""
     reason = {
         "service_issue": "Your phone shows 'No Service': you cannot make or receive calls.",
         "mobile_data_issue": (
@@ -374,7 +423,7 @@ def troubleshooting_task(category: str, issues: list[str], case: Case, rng: rand
     ]
     if "wifi_connected_home" in issues:
         reason += " It is only a problem when you are away from your home Wi-Fi."
-    if refuel:
+    if "data_usage_exceeded" in issues:
         steps.append(
             f"If necessary you are willing to refuel {issue.refuel_gb} GB of data, but you do not "
             "want to change your plan."
@@ -391,36 +440,10 @@ def troubleshooting_task(category: str, issues: list[str], case: Case, rng: rand
             "You are waiting for an important call and cannot restart your phone today; refuse "
             "any restart and ask for another way."
         )
-    if "wifi_connected_home" in issues:
-        known_wifi = {
-            "device": {
-                "wifi_enabled": True,
-                "wifi_connected": True,
-                "wifi_ssid": f"HomeNet-{rng.randint(10, 99)}",
-                "wifi_signal_strength": "good",
-            }
-        }
-    else:
-        known_wifi = None
     if unsolvable:
         steps.append("If the agent transfers you to a human agent, you accept.")
     steps.append(GROUNDING)
-    return Draft(
-        category=category,
-        issues=issues,
-        case=case,
-        reason=reason,
-        known=known_info(case, where),
-        instructions="\n".join(steps),
-        purpose=f"Troubleshooting path: {category.replace('_', ' ')} ({', '.join(issues)}).",
-        setup=setup,
-        gold=gold,
-        compare=compare,
-        assertions=assertions,
-        basis=["ENV_ASSERTION", "ACTION"] if unsolvable else ["ENV_ASSERTION"],
-        user_data=known_wifi,
-        broken_before=not unsolvable,
-    )
+    return reason, steps
 
 
 def troubleshooting_tasks(

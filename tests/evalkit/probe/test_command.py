@@ -13,7 +13,7 @@ import json
 import signal
 import subprocess
 import sys
-import time
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,7 @@ from proxy.app import create_app
 from proxy.config import Settings, UpstreamConfig
 from proxy.guard.toolcheck import validate
 from proxy.testing import LoopbackServer
+from tests.processes import OutputLines
 
 runner = CliRunner()
 WINDOW = 4096
@@ -46,7 +47,9 @@ class Gate:
     max_body: int | None = None  # longer request bodies get vLLM's window error
     fail_after: int | None = None  # requests after this many get HTTP 503
     fail_first: int = 0  # the first n requests get HTTP 503 (then it recovers)
-    delay: float = 0.0  # seconds before each answer after the first
+    # While set to an event, the answers after the first wait until it is set (a hang that
+    # ends when the test says, not after some seconds).
+    held: threading.Event | None = None
     requests: int = 0
 
 
@@ -68,8 +71,8 @@ def gated_sim(gate: Gate) -> Starlette:
             )
             error = {"message": message, "type": "BadRequestError", "param": None, "code": 400}
             return JSONResponse({"error": error}, 400)
-        if gate.delay and gate.requests > 1:
-            await asyncio.sleep(gate.delay)
+        if gate.held is not None and gate.requests > 1:
+            await asyncio.to_thread(gate.held.wait)
         async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
             answer = await client.post(
                 "/v1/chat/completions",
@@ -109,6 +112,8 @@ def upstream() -> Iterator[Upstream]:
     try:
         yield Upstream(gate, f"{sim.url}/v1", f"{proxy.url}/v1")
     finally:
+        if gate.held is not None:
+            gate.held.set()  # a held answer would keep the server's thread from ending
         proxy.stop()
         sim.stop()
 
@@ -293,28 +298,31 @@ def test_an_endpoint_that_is_down_exits_non_zero_and_nothing_is_lost(
 def test_ctrl_c_keeps_the_finished_answers_and_resume_asks_the_rest(
     recorded: Path, upstream: Upstream, tmp_path: Path
 ) -> None:
-    upstream.gate.delay = 10.0  # the first answer comes at once, the next ones hang
+    upstream.gate.held = threading.Event()  # the first answer comes at once, the next ones hang
     out = tmp_path / "probe"
     process = subprocess.Popen(
         [
             sys.executable, "-m", "evalkit.cli", "probe", str(recorded), "--target",
-            f"a={upstream.url},sim-bf16", "--concurrency", "1", "--out", str(out), "--quiet",
+            f"a={upstream.url},sim-bf16", "--concurrency", "1", "--out", str(out),
         ],
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
     journal = out / "answers.jsonl"
-    deadline = time.monotonic() + 60
-    while not (journal.exists() and journal.read_text().count("\n") >= 1):
-        assert process.poll() is None, process.communicate()[1]
-        assert time.monotonic() < deadline, "no answer landed within 60 s"
-        time.sleep(0.1)
+    said = OutputLines(process.stdout)
+    errors = OutputLines(process.stderr)
+    # The run says its count of kept answers (its progress, as plain lines off a terminal): the
+    # signal goes once the first answer is journaled; the next one hangs at the gate.
+    said.wait_for(r"^a direct: 1/\d+ answers")
     process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=60)
+    process.wait(timeout=60)
+    err = errors.whole()
     assert process.returncode == 130, err
     assert f"finish with: evalkit probe --resume {out}\n" in err  # on one line, as it is copied
     assert len(journal.read_text().splitlines()) == 1
-    upstream.gate.delay = 0.0
+    upstream.gate.held.set()
+    upstream.gate.held = None
     resumed = probe("--resume", str(out))
     assert resumed.exit_code == 0, resumed.output
     data = read(out)
