@@ -90,9 +90,23 @@ def error_content(path: str, message: str, status: int, error_type: str) -> byte
     return orjson.dumps(error_body(message, error_type))
 
 
+def normalised(path: str) -> str:
+    """`path` with its dot and empty segments resolved (only to choose an error's shape: a path
+    not in normal form is refused, never routed)."""
+    out: list[str] = []
+    for segment in path.split("/"):
+        if segment == "..":
+            if out:
+                out.pop()
+        elif segment not in ("", "."):
+            out.append(segment)
+    return "/" + "/".join(out)
+
+
 async def refuse(scope: Scope, send: Send, status: int, message: str, error_type: str) -> None:
-    """Answer the request with an error, before any route ran."""
-    body = error_content(scope.get("path", "/"), message, status, error_type)
+    """Answer the request with an error, before any route ran, in the shape of the protocol its
+    path (resolved) belongs to."""
+    body = error_content(normalised(scope.get("path", "/")), message, status, error_type)
     await send(
         {
             "type": "http.response.start",
