@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socketserver
 import threading
+import time
 from collections.abc import Iterator
 
 import orjson
@@ -132,12 +133,17 @@ class _Hinting(socketserver.StreamRequestHandler):
                 line = self.rfile.readline()
             request = orjson.loads(self.rfile.read(length)) if length else {}
             body = orjson.dumps(render(answer("hinted"), API.CHAT, request))
-            self.wfile.write(
-                b"HTTP/1.1 100 Continue\r\n\r\n"
-                b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n"
+            # Each answer written on its own, a pause apart: the client reads the interim ones
+            # apart from the final one, as it would from a server that thinks meanwhile.
+            for piece in (
+                b"HTTP/1.1 100 Continue\r\n\r\n",
+                b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n",
                 b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                b"content-length: %d\r\n\r\n%s" % (len(body), body)
-            )
+                b"content-length: %d\r\n\r\n%s" % (len(body), body),
+            ):
+                self.wfile.write(piece)
+                self.wfile.flush()
+                time.sleep(0.1)
 
 
 class InterimHints(socketserver.ThreadingTCPServer):
