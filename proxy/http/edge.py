@@ -17,6 +17,7 @@ Request hygiene: a request's headers larger than `max_header_bytes` are refused 
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -67,12 +68,16 @@ _NOT_NORMAL = re.compile(r"//|/\.\.?(?:/|$)|[\x00-\x1f\x7f]")
 MAX_REQUEST_ID: Final = 128
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:+=/-]{1,128}")
 _REQUEST_ID_HEADER: Final = b"x-request-id"
+_name = operator.itemgetter(0)
 
 
 def not_normal(path: str) -> str | None:
     """Why `path` (decoded, as routed) is not in normal form, or None when it is."""
     if not path.startswith("/"):
         return "the path must start with '/'"
+    # In C, a few hundred nanoseconds: what nearly every request is.
+    if "/." not in path and "//" not in path and path.isprintable():
+        return None
     if _NOT_NORMAL.search(path) is None:
         return None
     return "the path is not in normal form (no '.' or '..' segments, '//' or control characters)"
@@ -129,6 +134,8 @@ def bound_request_id(scope: Scope) -> None:
     """Replace a long or odd `x-request-id` in `scope` with a fresh one (the original's length
     logged), so that every reader (the log, the upstream) gets a bounded one."""
     headers: list[tuple[bytes, bytes]] = scope["headers"]
+    if _REQUEST_ID_HEADER not in map(_name, headers):  # in C: most requests send none
+        return
     for i, (name, value) in enumerate(headers):
         if name == _REQUEST_ID_HEADER:
             if len(value) <= MAX_REQUEST_ID and _REQUEST_ID.fullmatch(value.decode("latin-1")):
