@@ -82,8 +82,10 @@ def spellings(draw: st.DrawFn) -> tuple[str, str]:
         encoded = "".join(
             f"%{ord(c):02X}" if draw(st.booleans()) and draw(st.booleans()) else c for c in segment
         )
-        out += encoded + "/"
-    out = out[:-1] + draw(st.sampled_from(["", "", "/", "/.", "/./", "%2F"]))
+        out += encoded + draw(st.sampled_from(["/", "/", "/", "%2F", "%2f"]))
+    out = out[: -3 if out.endswith(("%2F", "%2f")) else -1] + draw(
+        st.sampled_from(["", "", "/", "/.", "/./", "%2F"])
+    )
     return route, out
 
 
@@ -107,6 +109,26 @@ def test_no_spelling_of_a_turn_route_reaches_the_upstream_unchecked(
         # Refused at the edge (not in normal form) or by the pass-through (no such endpoint).
         assert reply.status in (400, 404), (path, reply.status, reply.body)
         assert upstream.received == [], path
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/./completions",
+        "/./tokenize",
+        "//tokenize",
+        "/v1/completions/../chat/completions",
+        "/v1/embeddings/%2E%2E/chat/completions",
+        "/v1/messages/count_tokens/../../messages",
+        "/x/../collective_rpc",
+    ],
+)
+def test_a_pass_through_path_spelled_otherwise_is_refused(
+    edge: Proxy, upstream: RecordingUpstream, path: str
+) -> None:
+    reply = send(edge.port, "POST", path, turn_body("/v1/chat/completions"))
+    assert reply.status == 400
+    assert upstream.received == []
 
 
 CONTROL = [
