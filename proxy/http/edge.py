@@ -69,6 +69,7 @@ MAX_REQUEST_ID: Final = 128
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:+=/-]{1,128}")
 _REQUEST_ID_HEADER: Final = b"x-request-id"
 _name = operator.itemgetter(0)
+_LOGGED_PATH: Final = 256
 
 
 def not_normal(path: str) -> str | None:
@@ -110,8 +111,12 @@ def normalised(path: str) -> str:
 
 async def refuse(scope: Scope, send: Send, status: int, message: str, error_type: str) -> None:
     """Answer the request with an error, before any route ran, in the shape of the protocol its
-    path (resolved) belongs to."""
-    body = error_content(normalised(scope.get("path", "/")), message, status, error_type)
+    path (resolved) belongs to; one log line, with the path cut to `_LOGGED_PATH` characters."""
+    path = scope.get("path", "/")
+    get_logger().info(
+        "refused_at_edge", status=status, method=scope.get("method"), path=path[:_LOGGED_PATH]
+    )
+    body = error_content(normalised(path), message, status, error_type)
     await send(
         {
             "type": "http.response.start",
