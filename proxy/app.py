@@ -21,6 +21,7 @@ from proxy.config import Settings, UpstreamConfig
 from proxy.errors import BadRequestError, ConfigError, ToolsentryError, error_body
 from proxy.http.auth import Keys
 from proxy.http.dispatch import Delegate, TurnRoute
+from proxy.http.edge import PassthroughRoutes, bound_request_id, header_bytes, not_normal, refuse
 from proxy.http.passthrough import Passthrough
 from proxy.http.replies import JSONReply, error_reply
 from proxy.http.routes import add_routes
@@ -61,8 +62,20 @@ class ProxyApp(FastAPI):
     """
 
     turn_routes: dict[str, TurnRoute]
+    max_header_bytes: int = 64 * 1024
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            # The edge (proxy.http.edge): before any route is chosen, on every route.
+            if header_bytes(scope) > self.max_header_bytes:
+                message = f"the request's headers exceed {self.max_header_bytes} bytes"
+                await refuse(scope, send, 431, message, "invalid_request_error")
+                return
+            problem = not_normal(scope["path"])
+            if problem is not None:
+                await refuse(scope, send, 400, problem, "invalid_request_error")
+                return
+            bound_request_id(scope)
         if scope["type"] == "http" and scope["method"] == "POST":
             route = self.turn_routes.get(scope["path"])
             if (
@@ -147,7 +160,13 @@ def create_app(
         keys=keys,
         shadow=shadow,
     )
-    _add_passthrough(app, Passthrough(router, keys, settings.max_body_bytes))
+    app.max_header_bytes = settings.max_header_bytes
+    allowed = PassthroughRoutes(
+        settings.passthrough.allow,
+        settings.passthrough.deny,
+        defaults=settings.passthrough.defaults,
+    )
+    _add_passthrough(app, Passthrough(router, keys, settings.max_body_bytes, allowed))
     return app
 
 

@@ -107,6 +107,35 @@ class ShadowConfig(BaseModel):
         return self.reference is not None and self.sample > 0
 
 
+class PassthroughConfig(BaseModel):
+    """The raw pass-through's allowlist (DESIGN §9): which methods and paths other than the turn
+    routes go to the upstream as they are. By default only the public inference endpoints vLLM
+    serves for clients (`proxy.http.edge.DEFAULT_ALLOWED`: /v1/completions, /v1/embeddings,
+    /v1/models, /tokenize, /detokenize, /v1/score, /v1/rerank, /pooling, /health, …); everything
+    else answers 404. An entry is `"/path"` or `"METHOD /path"`; `"/prefix/*"` covers a subtree.
+    The turn routes are never passed through. From the environment:
+    `TOOLSENTRY_PASSTHROUGH='{"allow": ["POST /v1/load_lora_adapter"]}'`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allow: list[str] = Field(
+        default_factory=list, description="Endpoints passed through besides the defaults."
+    )
+    deny: list[str] = Field(
+        default_factory=list, description="Endpoints refused even when allowed (404)."
+    )
+    defaults: bool = Field(
+        default=True, description="Whether vLLM's public client endpoints are allowed."
+    )
+
+    @field_validator("allow", "deny")
+    @classmethod
+    def _entries(cls, value: list[str]) -> list[str]:
+        from proxy.http.edge import validate_entries  # the one parser of an entry
+
+        return validate_entries(value)
+
+
 class Settings(BaseSettings):
     """Everything the proxy can be told. Field descriptions are what `--help` and docs show."""
 
@@ -176,6 +205,14 @@ class Settings(BaseSettings):
     )
 
     shadow: ShadowConfig = Field(default_factory=ShadowConfig)
+
+    passthrough: PassthroughConfig = Field(default_factory=PassthroughConfig)
+    max_header_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        description="The most bytes a request's header names and values may hold; more is "
+        "answered 431.",
+    )
 
     _yaml_file: ClassVar[Path | None] = None
 

@@ -72,11 +72,16 @@ _MAX_CACHED_URLS = 64
 _MAX_CACHED_REQUESTS = 256
 _T = TypeVar("_T")
 
-# Hop-by-hop and length headers are the transport's business, never forwarded either way.
+# Hop-by-hop and length headers are the transport's business, never forwarded either way; nor
+# are `expect` (the proxy reads the whole body itself: an upstream's `100 Continue` is for it
+# alone) and the proxy's own admin credential.
 _HOP_HEADERS = frozenset(
     {
         "connection",
         "keep-alive",
+        "proxy-connection",
+        "expect",
+        "x-admin-key",
         "proxy-authenticate",
         "proxy-authorization",
         "te",
@@ -191,9 +196,10 @@ def forwardable_headers(
 ) -> dict[str, str]:
     """Headers that may cross the proxy, in either direction, names lower-cased.
 
-    Drops hop-by-hop ones (also those the `connection` header names), `authorization` and
-    `x-api-key` (the upstream's key comes only from configuration), the proxy's own `x-toolsentry-*` controls,
-    and `also_drop`. One pass over `headers`.
+    Drops hop-by-hop ones (also those the `connection` header names, and every `proxy-*`),
+    `expect`, `authorization`, `x-api-key` and `x-admin-key` (the upstream's key comes only from
+    configuration), the proxy's own `x-toolsentry-*` controls, and `also_drop`. One pass over
+    `headers`.
     """
     out: dict[str, str] = {}
     connection: str | None = None
@@ -205,7 +211,7 @@ def forwardable_headers(
             key in _HOP_HEADERS
             or key in _CLIENT_KEYS
             or key in also_drop
-            or key.startswith(HEADER_PREFIX)
+            or key.startswith((HEADER_PREFIX, "proxy-"))
         ):
             continue
         out[key] = value

@@ -27,6 +27,7 @@ this module keeps only the part the proxy needs:
   a request's instructions. A stream whose reader falls behind stops reading the
   socket (back-pressure) rather than buffering, and its silence does not count meanwhile.
 - gzip and deflate bodies are decoded (the proxy asks for neither; a server may send them anyway).
+- 1xx interim answers (`100 Continue`, `103 Early Hints`) are skipped: the answer is the final one.
 
 How the connections are opened (TCP, TLS) is `Origin`'s alone (`Origin.of`, `Origin.connect`):
 proxies, TLS options and Unix sockets go there.
@@ -410,6 +411,7 @@ class Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
         self._response: Response | None = None
+        self._interim = False  # the parser is inside a 1xx interim answer
         self._last_read = 0.0
         self.closed = False
         self.reusable = True
@@ -473,7 +475,14 @@ class Connection(asyncio.Protocol):
         response = self._response
         if response is None:
             return
-        response.on_headers_complete(self._parser.get_status_code())
+        status = self._parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            # An interim answer (100 Continue, 103 Early Hints): the parser reads the final one
+            # next, on the same connection; its headers are not the final answer's.
+            self._interim = True
+            response.raw_headers.clear()
+            return
+        response.on_headers_complete(status)
         if response.head_only:  # no body follows a HEAD's response, whatever its length says
             self.reusable = False
             self._pool.unwatch(self)
@@ -484,6 +493,9 @@ class Connection(asyncio.Protocol):
             self._response.on_body(body)
 
     def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            return
         response = self._response
         if response is None or response.complete:
             return

@@ -14,12 +14,13 @@ from typing import Any
 
 import orjson
 import structlog
+from pydantic import TypeAdapter, ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from proxy import tracing
-from proxy.errors import ToolsentryError, status_of
+from proxy.errors import BadRequestError, ToolsentryError, status_of
 from proxy.guard.channels import Channel
 from proxy.http.auth import Keys
 from proxy.http.body import read_body
@@ -100,6 +101,7 @@ class TurnRoute:
         self.keys.require_client(headers)
         raw = await read_body(headers, receive, self.pipeline.settings.max_body_bytes)
         parsed = self.bodies.parse(raw)
+        _read_stream_flag(parsed.body)
         exchange.model = parsed.body.get("model")
         trace = CURRENT_TRACE.get()
         if trace is not None and isinstance(exchange.model, str):
@@ -122,6 +124,26 @@ class TurnRoute:
                 await turn.close(status)
             except ToolsentryError as exc:  # the session store failed as well: say so, answer
                 get_logger().error("turn_close_failed", error=exc.message)
+
+
+_LAX_BOOL: TypeAdapter[bool | None] = TypeAdapter(bool | None)
+
+
+def _read_stream_flag(body: dict[str, Any]) -> None:
+    """Read a `stream` that is not a JSON boolean as the upstream does: vLLM's request models of
+    all three protocols declare `stream: bool | None` and validate in pydantic's lax mode, where
+    "false", "0", "no" and "off" are false and "true", "1", "yes" and "on" true; anything else is
+    refused with 400, as the upstream would. The body keeps the flag as a boolean, so the proxy
+    streams exactly when the upstream does. Raises BadRequestError."""
+    flag = body.get("stream")
+    if flag is None or flag is True or flag is False:
+        return
+    try:
+        body["stream"] = bool(_LAX_BOOL.validate_python(flag))
+    except ValidationError:
+        raise BadRequestError(
+            f"'stream' must be a boolean, got {orjson.dumps(flag)[:64].decode()}", param="stream"
+        ) from None
 
 
 def _finish_trace(trace: RequestTrace, exchange: Exchange, status: int) -> None:

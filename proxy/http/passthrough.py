@@ -1,8 +1,11 @@
-"""The raw pass-through: every other endpoint (`/v1/completions`, `/v1/embeddings`, `/tokenize`,
-…) forwarded to the upstream as it is, its answer streamed back as it arrives."""
+"""The raw pass-through: the other endpoints its allowlist names (`/v1/completions`,
+`/v1/embeddings`, `/tokenize`, …; `proxy.http.edge.PassthroughRoutes`) forwarded to the upstream
+as they are, on the very path that was matched, the answer streamed back as it arrives; any other
+method and path is answered 404 and never reaches the upstream."""
 
 from __future__ import annotations
 
+import re
 from contextlib import AsyncExitStack
 
 import orjson
@@ -12,7 +15,11 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.http.auth import Keys
 from proxy.http.body import read_body
+from proxy.http.edge import PassthroughRoutes, error_content
+from proxy.http.replies import JSONReply
 from proxy.upstream import Router, forwardable_headers
+
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@/-]+")
 
 
 class RawStreamReply(StreamingResponse):
@@ -33,15 +40,25 @@ class RawStreamReply(StreamingResponse):
 class Passthrough:
     """Forwards a request to the upstream its `model` names (or the default one)."""
 
-    def __init__(self, router: Router, keys: Keys, max_body_bytes: int) -> None:
+    def __init__(
+        self, router: Router, keys: Keys, max_body_bytes: int, allowed: PassthroughRoutes
+    ) -> None:
         self.router = router
         self.keys = keys
         self.max_body_bytes = max_body_bytes
+        self.allowed = allowed
 
     async def __call__(self, request: Request, path: str) -> Response:
         """Raises AuthenticationError, PayloadTooLargeError (while the body is read) and
         UpstreamError when no response came."""
         self.keys.require_client(request.headers)
+        matched = f"/{path}"
+        # Only characters a URL carries as they are: the path sent is the path matched.
+        if _PLAIN_PATH.fullmatch(matched) is None or not self.allowed.allows(
+            request.method, matched
+        ):
+            message = f"no endpoint {request.method} {matched} on this proxy"
+            return JSONReply(error_content(matched, message, 404, "not_found_error"), 404)
         raw = await read_body(request.headers, request.receive, self.max_body_bytes)
         upstream = self.router.default
         if raw:
@@ -51,7 +68,7 @@ class Passthrough:
                 parsed = None
             if isinstance(parsed, dict) and "model" in parsed:
                 upstream = self.router.pick(parsed["model"])
-        target = path[3:] if path.startswith("v1/") else f"/{path}"
+        target = path[3:] if path.startswith("v1/") else matched
         if request.url.query:
             target = f"{target}?{request.url.query}"
         resources = AsyncExitStack()
