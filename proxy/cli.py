@@ -175,6 +175,8 @@ def _setting_option(setting: SettingInfo) -> inspect.Parameter:
     settings model to validate; the model's own variable and default in its help."""
     assert setting.flag is not None
     help_text = f"{setting.description}  [env var: {setting.env}; default: {setting.default}]"
+    if setting.metavar == "SECRET":
+        help_text = f"Prefer the variable: a flag's value shows in the process list. {help_text}"
     annotation: Any = str | None
     names = [setting.flag]
     if setting.kind == "switch":

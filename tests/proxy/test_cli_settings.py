@@ -80,7 +80,7 @@ def sample(setting: SettingInfo) -> tuple[list[str], Any]:
     le = _bound(setting, annotated_types.Le)
     value: Any
     if setting.metavar == "INTEGER":
-        value = default + 1 if le is None or default + 1 <= le else default - 1
+        value = (default or 0) + 1 if le is None or (default or 0) + 1 <= le else default - 1
     elif setting.metavar == "NUMBER":
         value = default * 2 if default and (le is None or default * 2 <= le) else 0.5
     elif setting.metavar == "SECRET":
