@@ -10,52 +10,65 @@ import asyncio
 import datetime
 import io
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, cast
 
-import typer
-from rich.console import Console
+# The slim install (`pip install toolsentry`, the proxy alone) ships this command without
+# evalkit's dependencies: say in one line what to install instead of a traceback.
+_EXTRA = {"anthropic", "httpx", "matplotlib", "numpy", "openai"}
+try:
+    import typer
+    from rich.console import Console
 
-from evalkit.analysis.compare import CellComparison, compare_cells
-from evalkit.analysis.figure_tables import (
-    budget_ci_table,
-    budget_order,
-    budget_table,
-    channel_table,
-    errors_table,
-    experienced_tables,
-    figures_table,
-    interval,
-    pct,
-    runs_table,
-    silent_table,
-    tasks_table,
-    termination_table,
-    wrong_names_table,
-)
-from evalkit.analysis.load import DomainData, load_runs, pair_cells
-from evalkit.analysis.run import RunAnalysis
-from evalkit.analysis.stats import DEFAULT_RESAMPLES
-from evalkit.analysis.table import Table, columns
-from evalkit.domains import get_domain
-from evalkit.domains.base import Domain
-from evalkit.errors import JudgeError, UsageError
-from evalkit.exits import exit_on_error
-from evalkit.formats import Results, read_results
-from evalkit.judge import LLMJudge
-from evalkit.probe.command import probe_command
-from evalkit.replay import (
-    DEFAULT_PROFILES,
-    DEFAULT_REPAIRS,
-    Replay,
-    ReplayOptions,
-    UserKind,
-    check_reachable,
-)
-from evalkit.report import write_report
-from evalkit.rescore import RescoreReport, judge_simulations, rescore
-from evalkit.scoring import NLAssertionCheck
-from evalkit.wire import ApiName
+    from evalkit.analysis.compare import CellComparison, compare_cells
+    from evalkit.analysis.figure_tables import (
+        budget_ci_table,
+        budget_order,
+        budget_table,
+        channel_table,
+        errors_table,
+        experienced_tables,
+        figures_table,
+        interval,
+        pct,
+        runs_table,
+        silent_table,
+        tasks_table,
+        termination_table,
+        wrong_names_table,
+    )
+    from evalkit.analysis.load import DomainData, load_runs, pair_cells
+    from evalkit.analysis.run import RunAnalysis
+    from evalkit.analysis.stats import DEFAULT_RESAMPLES
+    from evalkit.analysis.table import Table, columns
+    from evalkit.domains import get_domain
+    from evalkit.domains.base import Domain
+    from evalkit.errors import JudgeError, UsageError
+    from evalkit.exits import exit_on_error
+    from evalkit.formats import Results, read_results
+    from evalkit.judge import LLMJudge
+    from evalkit.probe.command import probe_command
+    from evalkit.replay import (
+        DEFAULT_PROFILES,
+        DEFAULT_REPAIRS,
+        Replay,
+        ReplayOptions,
+        UserKind,
+        check_reachable,
+    )
+    from evalkit.report import write_report
+    from evalkit.rescore import RescoreReport, judge_simulations, rescore
+    from evalkit.scoring import NLAssertionCheck
+    from evalkit.wire import ApiName
+except ModuleNotFoundError as exc:
+    if exc.name is None or exc.name.partition(".")[0] not in _EXTRA:
+        raise
+    sys.stderr.write(
+        f"evalkit needs its dependencies ({exc.name} is missing): "
+        "pip install 'toolsentry[evalkit]'\n"
+    )
+    raise SystemExit(2) from None
 
 app = typer.Typer(
     name="evalkit",

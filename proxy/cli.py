@@ -6,6 +6,7 @@ This is the edge where the environment is read: flags and `TOOLSENTRY_*` variabl
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -14,16 +15,15 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
 import typer
 import uvicorn
 from rich.console import Console
+from rich.markup import escape
 
 from proxy import __version__, listening
-from proxy.config import Settings, load_settings
+from proxy.config import SettingInfo, Settings, load_settings, settings_fields
 from proxy.errors import ConfigError
-from proxy.guard.repair import RepairMode
 from proxy.listening import listen, url_of, write_port_file
 from proxy.logs import configure_logging
 
@@ -36,6 +36,9 @@ app = typer.Typer(
     ),
     no_args_is_help=True,
     add_completion=False,
+    # Help text is plain text: with rich markup, `[default: …]` in a help string was read as a
+    # tag and vanished.
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
 _err = Console(stderr=True)
@@ -46,26 +49,29 @@ RESOLVED_SETTINGS_ENV = "TOOLSENTRY_RESOLVED_SETTINGS"
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
-def _upstreams_from_urls(urls: list[str]) -> list[dict[str, Any]]:
-    out = []
-    for i, url in enumerate(urls):
-        host = urlsplit(url).netloc or f"upstream{i}"
-        out.append({"name": host if len(urls) == 1 else f"{host}#{i}", "base_url": url})
-    return out
-
-
 def _fail(message: str) -> typer.Exit:
-    _err.print(f"[bold red]error:[/] {message}", soft_wrap=True, highlight=False)
+    # One line, whatever the message (a container's log reads it), and never read as markup.
+    text = escape(" ".join(message.split()))
+    _err.print(f"[bold red]error:[/] {text}", soft_wrap=True, highlight=False)
     return typer.Exit(code=2)
 
 
-@app.command()
+_SERVE_EPILOG = (
+    "Every setting is also a TOOLSENTRY_* environment variable (listed with each flag) and a key "
+    "of the --config file; flags beat the environment, which beats the file. A list is a repeated "
+    "flag, or JSON or comma-separated values in the environment. Structured settings are in the "
+    "--config file or JSON in their variable only: {file_only}. Every setting is described in "
+    "docs/configuration.md."
+)
+
+
 def serve(
     upstream: Annotated[
         list[str] | None,
         typer.Option(
             "--upstream",
             "-u",
+            metavar="URL",
             help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8001/v1. "
             "Repeat for several; it serves every model (use --config to route by model).",
             envvar="TOOLSENTRY_UPSTREAM",
@@ -77,25 +83,9 @@ def serve(
         typer.Option(
             "--config",
             "-c",
+            metavar="FILE",
             help="YAML file with any setting (upstreams with names, models, keys, timeouts).",
             envvar="TOOLSENTRY_CONFIG",
-            show_envvar=True,
-        ),
-    ] = None,
-    host: Annotated[
-        str | None,
-        typer.Option(
-            help="Address to listen on [default: 127.0.0.1].",
-            envvar="TOOLSENTRY_HOST",
-            show_envvar=True,
-        ),
-    ] = None,
-    port: Annotated[
-        int | None,
-        typer.Option(
-            help="Port to listen on; 0 takes a free one, named in the startup line and the "
-            "--port-file [default: 8000].",
-            envvar="TOOLSENTRY_PORT",
             show_envvar=True,
         ),
     ] = None,
@@ -108,116 +98,22 @@ def serve(
             show_envvar=True,
         ),
     ] = None,
-    workers: Annotated[
-        int | None,
+    print_settings: Annotated[
+        bool,
         typer.Option(
-            help="Worker processes [default: 1]. More than one needs a shared store (sqlite or redis).",
-            envvar="TOOLSENTRY_WORKERS",
-            show_envvar=True,
+            "--print-settings",
+            help="Print the resolved settings (secrets masked) as JSON and exit without listening.",
         ),
-    ] = None,
-    store: Annotated[
-        str | None,
-        typer.Option(
-            help="Where session counts live: memory, sqlite:///path/to.db (survives restarts), "
-            "redis://host:port/db (several replicas) [default: memory].",
-            envvar="TOOLSENTRY_STORE",
-            show_envvar=True,
-        ),
-    ] = None,
-    max_errors: Annotated[
-        int | None,
-        typer.Option(
-            help="Error budget per session: tool failures an agent may experience before the "
-            "exhaustion policy applies [default: 10, as τ²-bench].",
-            envvar="TOOLSENTRY_MAX_ERRORS",
-            show_envvar=True,
-        ),
-    ] = None,
-    repair: Annotated[
-        RepairMode | None,
-        typer.Option(
-            help="reask: re-ask the model when a tool call fails validation; constrain: re-ask "
-            "under the upstream's structured outputs (a named or required call, strict schemas), "
-            "plainly where the upstream refuses them; off: pass failures through and count them "
-            "[default: reask].",
-            envvar="TOOLSENTRY_REPAIR",
-            show_envvar=True,
-            case_sensitive=False,
-        ),
-    ] = None,
-    log_level: Annotated[
-        str | None,
-        typer.Option(
-            help="debug, info, warning or error [default: info].",
-            envvar="TOOLSENTRY_LOG_LEVEL",
-            show_envvar=True,
-        ),
-    ] = None,
-    shadow_reference: Annotated[
-        str | None,
-        typer.Option(
-            help="Shadow comparison: the upstream (by name) that also answers a sample of "
-            "sessions, in the background, to compare tool decisions with [default: off].",
-            envvar="TOOLSENTRY_SHADOW_REFERENCE",
-            show_envvar=True,
-        ),
-    ] = None,
-    shadow_sample: Annotated[
-        float | None,
-        typer.Option(
-            help="Share of sessions shadowed, 0 to 1 [default: 0.05].",
-            envvar="TOOLSENTRY_SHADOW_SAMPLE",
-            show_envvar=True,
-        ),
-    ] = None,
-    shadow_log: Annotated[
-        Path | None,
-        typer.Option(
-            help="JSONL file with one line per shadow pair, for `evalkit shadow`.",
-            envvar="TOOLSENTRY_SHADOW_LOG",
-            show_envvar=True,
-        ),
-    ] = None,
-    otlp_endpoint: Annotated[
-        str | None,
-        typer.Option(
-            help="OTLP/HTTP collector for traces, e.g. http://127.0.0.1:4318 (Jaeger, Tempo, an "
-            "OpenTelemetry Collector). The standard OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME "
-            "and OTEL_TRACES_SAMPLER variables work too; without an endpoint nothing is traced.",
-            envvar="TOOLSENTRY_OTLP_ENDPOINT",
-            show_envvar=True,
-        ),
-    ] = None,
+    ] = False,
+    **flags: Any,
 ) -> None:
     """Run the proxy. Every option can also be set in the environment or in the --config file."""
     try:
-        settings = load_settings(
-            config,
-            upstreams=_upstreams_from_urls(upstream) if upstream else None,
-            host=host,
-            port=port,
-            workers=workers,
-            store=store,
-            max_errors=max_errors,
-            repair=repair,
-            log_level=log_level,
-            shadow={
-                k: v
-                for k, v in (
-                    ("reference", shadow_reference),
-                    ("sample", shadow_sample),
-                    ("log", shadow_log),
-                )
-                if v is not None
-            }
-            or None,
-            otlp_endpoint=otlp_endpoint,
-        )
+        settings = load_settings(config, upstreams=upstream or None, **_nested(flags))
+        if print_settings:
+            sys.stdout.write(json.dumps(settings.redacted(), indent=2, ensure_ascii=False) + "\n")
+            return
         check_runnable(settings)
-    except ConfigError as exc:
-        raise _fail(exc.message) from None
-    try:
         sock = listen(settings.host, settings.port)
     except ConfigError as exc:
         raise _fail(exc.message) from None
@@ -258,6 +154,63 @@ def serve(
             status = listening.serve(uvicorn.Config(application, **options), sock)
     if status:
         raise typer.Exit(code=status)
+
+
+def _nested(flags: dict[str, Any]) -> dict[str, Any]:
+    """The flags given, as overrides: `shadow__sample=0.1` becomes `{"shadow": {"sample": "0.1"}}`."""
+    out: dict[str, Any] = {}
+    for name, value in flags.items():
+        if value is None or value == []:
+            continue
+        *sections, last = name.split("__")
+        into = out
+        for section in sections:
+            into = into.setdefault(section, {})
+        into[last] = value
+    return out
+
+
+def _setting_option(setting: SettingInfo) -> inspect.Parameter:
+    """The `serve` parameter of one setting: a flag read as text (bool for a switch), for the
+    settings model to validate; the model's own variable and default in its help."""
+    assert setting.flag is not None
+    help_text = f"{setting.description}  [env var: {setting.env}; default: {setting.default}]"
+    if setting.metavar == "SECRET":
+        help_text = f"Prefer the variable: a flag's value shows in the process list. {help_text}"
+    annotation: Any = str | None
+    names = [setting.flag]
+    if setting.kind == "switch":
+        annotation = bool | None
+        names = [f"{setting.flag}/--no-{setting.flag[2:]}"]
+    elif setting.kind == "repeat":
+        annotation = list[str] | None
+    option = typer.Option(
+        *names, help=help_text, metavar=setting.metavar or None, show_default=False
+    )
+    return inspect.Parameter(
+        "__".join(setting.path),
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation=Annotated[annotation, option],
+    )
+
+
+def _derive_serve_options() -> None:
+    """Give `serve` one flag per setting of the model (those that are not structured)."""
+    settings = settings_fields()
+    own = [
+        p
+        for p in inspect.signature(serve, eval_str=True).parameters.values()
+        if p.kind != p.VAR_KEYWORD
+    ]
+    derived = [_setting_option(s) for s in settings if s.flag is not None]
+    serve.__signature__ = inspect.Signature([*own, *derived], return_annotation=None)  # type: ignore[attr-defined]
+    serve.__annotations__ = {p.name: p.annotation for p in (*own, *derived)} | {"return": None}
+    file_only = ", ".join(f"{s.key} ({s.env})" for s in settings if s.flag is None)
+    app.command(epilog=_SERVE_EPILOG.format(file_only=file_only))(serve)
+
+
+_derive_serve_options()
 
 
 def _report(sock: socket.socket, settings: Settings, port_file: Path | None, how: str) -> None:

@@ -7,13 +7,25 @@ as JSON (`TOOLSENTRY_UPSTREAMS='[{"name": "vllm", "base_url": "http://127.0.0.1:
 
 from __future__ import annotations
 
+import enum
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from types import UnionType
+from typing import Any, ClassVar, Literal, Union, get_args, get_origin
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from proxy.errors import ConfigError
 from proxy.guard.repair import OnUnrepaired, RepairMode, StructuredOutputs
@@ -25,7 +37,7 @@ LogLevel = Literal["debug", "info", "warning", "error"]
 class UpstreamConfig(BaseModel):
     """One OpenAI-compatible server the proxy forwards to."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     name: str = Field(description="A short name used in logs and error messages.")
     base_url: str = Field(
@@ -40,6 +52,7 @@ class UpstreamConfig(BaseModel):
     )
     timeout: float = Field(default=600.0, gt=0, description="Seconds to wait for a response.")
     connect_timeout: float = Field(default=10.0, gt=0)
+    """Seconds to wait for a connection to be established."""
     max_connections: int = Field(default=256, ge=1, description="Pooled keep-alive connections.")
     keepalive_timeout: float = Field(
         default=4.0,
@@ -146,17 +159,24 @@ class Settings(BaseSettings):
         # TOOLSENTRY_SHADOW_SAMPLE=0.1 sets shadow.sample: one split after the field's name.
         env_nested_delimiter="_",
         env_nested_max_split=1,
+        # A field's docstring is its description when it has no `description=`.
+        use_attribute_docstrings=True,
     )
 
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
+    """The servers to forward to, each with a name, base_url, models, API key variable and timeouts (see the entries of upstreams). A plain base URL (`--upstream URL`, repeatable; comma-separated URLs in the environment) is an entry serving every model."""
     host: str = "127.0.0.1"
+    """Address to listen on."""
     port: int = Field(default=8000, ge=0, le=65535)
+    """Port to listen on; 0 takes a free one, named in the startup line and the --port-file."""
     workers: int = Field(default=1, ge=1)
+    """Worker processes. More than one needs a shared store (sqlite or redis)."""
 
     store: str = Field(
         default="memory", description="memory | sqlite:///path | redis://host:port/db"
     )
     session_ttl_seconds: int = Field(default=86_400, ge=1)
+    """Seconds a session's counts are kept after its last request."""
     session_headers: list[str] = Field(
         default_factory=lambda: list(DEFAULT_SESSION_HEADERS),
         description="Request headers that name the session, tried in order.",
@@ -164,13 +184,17 @@ class Settings(BaseSettings):
 
     max_errors: int = Field(default=10, ge=1, description="Errors a session may experience.")
     exhaustion_policy: ExhaustionPolicy = ExhaustionPolicy.REJECT
+    """What happens once a session's error budget is spent."""
     tool_error_prefix: str = Field(
         default="Error", description="A role:tool message starting with this reports a tool error."
     )
 
     repair: RepairMode = RepairMode.REASK
+    """reask: re-ask the model when a tool call fails validation; constrain: re-ask under the upstream's structured outputs (a named or required call, strict schemas), plainly where the upstream refuses them; off: pass failures through and count them."""
     max_reasks: int = Field(default=2, ge=0, le=10)
+    """Re-asks per failed tool call before on_unrepaired applies."""
     on_unrepaired: OnUnrepaired = OnUnrepaired.PASSTHROUGH
+    """What the client gets when repair gives up on a tool call."""
     enforce_strict: bool = Field(
         default=False,
         description="Declare the client's own tools strict on the first attempt (tool_choice "
@@ -188,16 +212,23 @@ class Settings(BaseSettings):
     retries: int = Field(default=2, ge=0, le=10, description="Retries before the first byte.")
 
     api_keys: list[SecretStr] = Field(default_factory=list)
+    """Keys clients present as bearer token or x-api-key; none lets every request through. From the environment as a JSON list or comma-separated."""
     admin_key: SecretStr | None = None
+    """Key for the admin endpoints (bearer token or x-admin-key). Unset, they are open while no api_keys are set and refused once some are."""
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    """Largest request body accepted, in bytes."""
     max_tools: int = Field(default=512, ge=1)
+    """Most tools one request may declare."""
     max_schema_bytes: int = Field(default=256 * 1024, ge=1024)
+    """Largest parameters schema of one tool, in bytes of JSON."""
     max_schema_depth: int = Field(
         default=64, ge=1, description="Nesting of objects and arrays in one tool's parameters."
     )
 
     log_level: LogLevel = "info"
+    """Log level."""
     log_bodies: bool = False
+    """Add each request's body to its log line (bodies may hold personal data)."""
     otlp_endpoint: str | None = Field(
         default=None,
         description="OTLP/HTTP collector for traces (else the OTEL_EXPORTER_OTLP_* variables); "
@@ -205,6 +236,7 @@ class Settings(BaseSettings):
     )
 
     shadow: ShadowConfig = Field(default_factory=ShadowConfig)
+    """Shadow comparison of tool decisions against a reference upstream (off unless shadow.reference is set)."""
 
     passthrough: PassthroughConfig = Field(default_factory=PassthroughConfig)
     max_header_bytes: int = Field(
@@ -215,6 +247,20 @@ class Settings(BaseSettings):
     )
 
     _yaml_file: ClassVar[Path | None] = None
+
+    @field_validator("upstreams", mode="before")
+    @classmethod
+    def _base_urls(cls, value: Any) -> Any:
+        # A plain base URL (the --upstream flag, TOOLSENTRY_UPSTREAMS=http://…) is an entry named
+        # after its host.
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not any(isinstance(v, str) for v in value):
+            return value
+        return [
+            _upstream_from_url(v, i, len(value)) if isinstance(v, str) else v
+            for i, v in enumerate(value)
+        ]
 
     @field_validator("repair", mode="before")
     @classmethod
@@ -231,7 +277,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        sources: list[PydanticBaseSettingsSource] = [init_settings, _EnvSource(settings_cls)]
         if cls._yaml_file is not None:
             sources.append(_YamlSource(settings_cls, cls._yaml_file))
         return tuple(sources)
@@ -255,6 +301,11 @@ class Settings(BaseSettings):
         data["api_keys"] = ["**********" for _ in self.api_keys]
         data["admin_key"] = "**********" if self.admin_key is not None else None
         return data
+
+
+def _upstream_from_url(url: str, index: int, count: int) -> dict[str, Any]:
+    host = urlsplit(url).netloc.rpartition("@")[2] or f"upstream{index}"
+    return {"name": host if count == 1 else f"{host}#{index}", "base_url": url}
 
 
 class _YamlSource(PydanticBaseSettingsSource):
@@ -283,7 +334,10 @@ def read_config_file(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or _one_line(str(exc))
+        raise ConfigError(f"config file {path} is not valid YAML: {problem}{where}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -297,18 +351,220 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     """Build Settings from overrides, the environment and an optional YAML file.
 
     `overrides` whose value is None are ignored (an option the user did not give).
-    Raises ConfigError with every validation problem listed.
+    Raises ConfigError, one line naming every setting that is wrong.
     """
     given = {k: v for k, v in overrides.items() if v is not None}
     Settings._yaml_file = config_file
     try:
         return Settings(**given)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
-            for err in exc.errors()
-        )
+        problems = "; ".join(_problem(err) for err in exc.errors())
         where = f" in {config_file}" if config_file else ""
         raise ConfigError(f"invalid settings{where}: {problems}") from exc
+    except SettingsError as exc:
+        raise ConfigError(f"invalid settings: {_one_line(str(exc))}") from exc
     finally:
         Settings._yaml_file = None
+
+
+def _problem(err: ErrorDetails) -> str:
+    """One validation error as `setting (--flag, TOOLSENTRY_VAR): message`."""
+    path = tuple(str(p) for p in err["loc"])
+    name = ".".join(path) or "settings"
+    known = _SETTINGS_BY_PATH.get(path[:2]) or _SETTINGS_BY_PATH.get(path[:1])
+    if known is not None:
+        spelled = ", ".join(x for x in (known.flag, known.env) if x)
+        name = f"{name} ({spelled})"
+    return f"{name}: {_one_line(err['msg'])}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class _EnvSource(EnvSettingsSource):
+    """`TOOLSENTRY_*` variables, where a list may also be written plainly: one value, or values
+    separated by commas (`TOOLSENTRY_API_KEYS=sk-a,sk-b`, `TOOLSENTRY_UPSTREAMS=http://h/v1`).
+    A value that starts like JSON is JSON, and one that is not valid JSON is a ConfigError."""
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        text = value.strip() if isinstance(value, str) else value
+        if not isinstance(text, str) or text.startswith(("[", "{", '"')):
+            try:
+                return super().decode_complex_value(field_name, field, value)
+            except ValueError as exc:
+                variable = f"{self.env_prefix}{field_name}".upper()
+                raise ConfigError(f"{variable} is not valid JSON: {exc}") from exc
+        return [item.strip() for item in text.split(",") if item.strip()]
+
+
+# -- The settings as the command line and the reference see them ------------------------------
+
+
+@dataclass(frozen=True)
+class SettingInfo:
+    """One setting: where it lives in the model and how it is spelled as a flag and a variable.
+
+    `kind` is `flag` (one value), `switch` (a boolean: --x/--no-x), `repeat` (a list of values,
+    the flag repeated) or `file` (structured: YAML, or JSON in the environment, only).
+    """
+
+    path: tuple[str, ...]
+    field: FieldInfo
+    kind: Literal["flag", "switch", "repeat", "file"]
+    metavar: str
+
+    @property
+    def key(self) -> str:
+        """The YAML key, dotted for a section's setting: `shadow.sample`."""
+        return ".".join(self.path)
+
+    @property
+    def env(self) -> str:
+        """The environment variable: `TOOLSENTRY_SHADOW_SAMPLE`."""
+        return ENV_PREFIX + "_".join(self.path).upper()
+
+    @property
+    def flag(self) -> str | None:
+        """The command-line flag, None for a `file` setting: `--shadow-sample`."""
+        return None if self.kind == "file" else "--" + "-".join(self.path).replace("_", "-")
+
+    @property
+    def description(self) -> str:
+        return _one_line(self.field.description or "")
+
+    @property
+    def default(self) -> str:
+        """The default as the reference and `--help` print it."""
+        return _shown(self.field.get_default(call_default_factory=True))
+
+
+ENV_PREFIX = "TOOLSENTRY_"
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, list):
+        return ",".join(_shown(v) for v in value) if value else "none"
+    if isinstance(value, BaseModel):
+        return "see below"
+    return str(value)
+
+
+def _scalar_metavar(annotation: Any) -> str | None:
+    """How a one-value setting's flag names its value, None when it is not one value."""
+    if annotation is bool:
+        return ""
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return "|".join(str(m.value) for m in annotation)
+    if get_origin(annotation) is Literal:
+        return "|".join(str(a) for a in get_args(annotation))
+    names = {int: "INTEGER", float: "NUMBER", str: "TEXT", SecretStr: "SECRET", Path: "PATH"}
+    return names.get(annotation)
+
+
+def _without_none(annotation: Any) -> Any:
+    if get_origin(annotation) in (Union, UnionType):
+        rest = [a for a in get_args(annotation) if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+    return annotation
+
+
+def settings_fields(
+    model: type[BaseModel] = Settings, prefix: tuple[str, ...] = ()
+) -> list[SettingInfo]:
+    """Every setting of `model`, in the model's order, a section's (a nested model's) settings in
+    its place. Derived from the model, so a setting added there is a flag, a variable and a line
+    of the reference without more code."""
+    out: list[SettingInfo] = []
+    for name, field in model.model_fields.items():
+        path = (*prefix, name)
+        annotation = _without_none(field.annotation)
+        metavar = _scalar_metavar(annotation)
+        if metavar is not None:
+            out.append(
+                SettingInfo(path, field, "switch" if annotation is bool else "flag", metavar)
+            )
+            continue
+        if get_origin(annotation) is list:
+            (item,) = get_args(annotation) or (Any,)
+            item_metavar = _scalar_metavar(item)
+            if item_metavar:
+                out.append(SettingInfo(path, field, "repeat", item_metavar))
+                continue
+        if not prefix and isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            out += settings_fields(annotation, path)
+            continue
+        out.append(SettingInfo(path, field, "file", "JSON"))
+    return out
+
+
+_SETTINGS_BY_PATH = {s.path: s for s in settings_fields()}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|") or " "
+
+
+def reference() -> str:
+    """docs/configuration.md: every setting with its flag, variable, default and description."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "<!-- Generated from proxy/config.py by `python -m proxy.config --reference`; do not edit. -->",
+        "",
+        "Every setting can be given as a command-line flag of `toolsentry serve`, a `TOOLSENTRY_*`",
+        "environment variable, or a key of the YAML file given with `--config`; precedence, highest",
+        "first: flags, environment, file, defaults. A list is a repeated flag, and in the environment",
+        'either JSON (`["a", "b"]`) or values separated by commas. Structured settings (marked',
+        "*file*) are YAML, or JSON in their environment variable, only. An invalid value stops the",
+        "proxy with one line naming the setting (exit status 2).",
+        "",
+        "| Setting | Flag | Environment | Default | Description |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    nested: list[tuple[str, type[BaseModel]]] = []
+    for s in settings_fields():
+        flag = f"`{s.flag} {s.metavar}`".replace(" `", "`") if s.flag else "*file*"
+        if s.kind == "switch":
+            flag = f"`{s.flag}`, `--no-{s.flag[2:]}`" if s.flag else flag
+        lines.append(
+            f"| `{s.key}` | {_cell(flag)} | `{s.env}` | `{_cell(s.default)}` | {_cell(s.description)} |"
+        )
+        items = get_args(_without_none(s.field.annotation)) if s.kind == "file" else ()
+        if len(items) == 1 and isinstance(items[0], type) and issubclass(items[0], BaseModel):
+            nested.append((s.key, items[0]))
+    for key, model in nested:
+        lines += [
+            "",
+            f"## Entries of `{key}`",
+            "",
+            _one_line(model.__doc__ or ""),
+            "",
+            "| Key | Default | Description |",
+            "| --- | --- | --- |",
+        ]
+        for name, field in model.model_fields.items():
+            default = (
+                "required"
+                if field.is_required()
+                else _shown(field.get_default(call_default_factory=True))
+            )
+            lines.append(
+                f"| `{name}` | `{_cell(default)}` | {_cell(_one_line(field.description or ''))} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--reference"]:
+        sys.exit("usage: python -m proxy.config --reference")
+    sys.stdout.write(reference())

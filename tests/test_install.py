@@ -23,6 +23,9 @@ DOCKERFILES = [REPO / "Dockerfile", REPO / "examples" / "Dockerfile"]
 
 # What `pip install toolsentry` must not bring or load: evalkit's own dependencies.
 EVALKIT_ONLY = ("anthropic", "matplotlib", "numpy", "openai")
+# Of uvicorn's `standard` extra the proxy uses these, and not the others.
+UVICORN_USED = ("httptools", "uvloop")
+UVICORN_UNUSED = ("watchfiles", "websockets")
 
 
 def install_step(dockerfile: Path) -> tuple[list[tuple[str, str]], list[str]]:
@@ -143,4 +146,38 @@ def test_the_dockerfile_install_step_gives_a_working_proxy_without_evalkit_depen
         timeout=60,
     )
     assert json.loads(found.stdout) == []
+    # uvicorn without its `standard` extra: its parser and loop, not its reloader or websockets.
+    present = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import importlib.util, json, sys; "
+            "print(json.dumps([m for m in sys.argv[1:] if importlib.util.find_spec(m)]))",
+            *UVICORN_USED,
+            *UVICORN_UNUSED,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert json.loads(present.stdout) == list(UVICORN_USED)
     _serve_until_ready(environment / "bin" / "toolsentry", tmp_path / "serve.log")
+
+
+def test_evalkit_without_its_dependencies_says_what_to_install() -> None:
+    # The slim install has no numpy: an import of it fails as it would there.
+    probe = (
+        "import runpy, sys\n"
+        "sys.modules['numpy'] = None\n"
+        "sys.argv = ['evalkit', '--help']\n"
+        "runpy.run_module('evalkit.cli', run_name='__main__')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "evalkit needs its dependencies (numpy is missing): pip install 'toolsentry[evalkit]'"
+    ]

@@ -68,3 +68,37 @@ def test_structured_outputs_on_and_off_mean_themselves_in_yaml_and_enforce_stric
                 }
             ]
         )
+
+
+@pytest.mark.parametrize(
+    ("keys", "expected"),
+    [
+        ("sk-abc", ["sk-abc"]),
+        ("sk-a, sk-b", ["sk-a", "sk-b"]),
+        ('["sk-a", "sk-b"]', ["sk-a", "sk-b"]),
+    ],
+)
+def test_api_keys_come_from_the_environment_as_one_value_a_list_or_json(
+    monkeypatch: pytest.MonkeyPatch, keys: str, expected: list[str]
+) -> None:
+    monkeypatch.setenv("TOOLSENTRY_API_KEYS", keys)
+    assert [k.get_secret_value() for k in load_settings().api_keys] == expected
+
+
+def test_an_upstream_comes_from_the_environment_as_a_plain_url(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TOOLSENTRY_UPSTREAMS", "http://127.0.0.1:1/v1,http://127.0.0.1:2/v1")
+    upstreams = load_settings().upstreams
+    assert [(u.name, u.base_url) for u in upstreams] == [
+        ("127.0.0.1:1#0", "http://127.0.0.1:1/v1"),
+        ("127.0.0.1:2#1", "http://127.0.0.1:2/v1"),
+    ]
+
+
+def test_broken_json_in_the_environment_is_a_config_error_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TOOLSENTRY_UPSTREAMS", '[{"name": "v"')
+    with pytest.raises(ConfigError, match="TOOLSENTRY_UPSTREAMS is not valid JSON"):
+        load_settings()

@@ -1,0 +1,160 @@
+"""Every setting of the model is a flag of `toolsentry serve`, listed in `--help` with its variable
+and default, and every configuration error is one line naming the setting, exit status 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import annotated_types
+import pytest
+from typer.testing import CliRunner
+
+from proxy.cli import app
+from proxy.config import SettingInfo, settings_fields
+
+REPO = Path(__file__).resolve().parents[2]
+UPSTREAM = "http://127.0.0.1:9/v1"
+FLAGGED = [s for s in settings_fields() if s.flag is not None]
+
+
+def toolsentry(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`toolsentry …` as a real process of this checkout, with no TOOLSENTRY_* from outside."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TOOLSENTRY_")}
+    environ |= {"PYTHONPATH": str(REPO), "COLUMNS": "100", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "proxy.cli", *args],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_serve_help_lists_every_setting_with_its_variable_and_default() -> None:
+    result = toolsentry("serve", "--help")
+    assert result.returncode == 0, result.stderr
+    # Help wraps lines (after a hyphen too): compare without whitespace.
+    flat = "".join(result.stdout.split())
+    for setting in FLAGGED:
+        assert setting.flag in result.stdout
+        shown = f"[envvar:{setting.env};default:{setting.default}]"
+        assert "".join(shown.split()) in flat, setting.key
+    epilog = " ".join(result.stdout.split())
+    for setting in settings_fields():
+        if setting.flag is None:
+            assert f"{setting.key} ({setting.env})" in epilog
+    # Nothing of a help text was swallowed as markup: no word followed by a lone " .".
+    assert " ." not in epilog
+    assert "Address to listen on." in epilog
+
+
+def _bound(setting: SettingInfo, kind: type) -> float | None:
+    return next(
+        (getattr(m, "le", None) for m in setting.field.metadata if isinstance(m, kind)), None
+    )
+
+
+def sample(setting: SettingInfo) -> tuple[list[str], Any]:
+    """Arguments that set `setting` to a value other than its default, and that value as the
+    resolved settings print it."""
+    assert setting.flag is not None
+    default = setting.field.get_default(call_default_factory=True)
+    if setting.kind == "switch":
+        return [f"--no-{setting.flag[2:]}" if default else setting.flag], not default
+    if setting.kind == "repeat":
+        masked = setting.metavar == "SECRET"
+        values = ["sample-a", "sample-b"]
+        return [setting.flag, values[0], setting.flag, values[1]], (
+            ["**********"] * 2 if masked else values
+        )
+    if "|" in setting.metavar:
+        current = getattr(default, "value", default)
+        choice = next(c for c in setting.metavar.split("|") if c != current)
+        return [setting.flag, choice], choice
+    le = _bound(setting, annotated_types.Le)
+    value: Any
+    if setting.metavar == "INTEGER":
+        value = (default or 0) + 1 if le is None or (default or 0) + 1 <= le else default - 1
+    elif setting.metavar == "NUMBER":
+        value = default * 2 if default and (le is None or default * 2 <= le) else 0.5
+    elif setting.metavar == "SECRET":
+        return [setting.flag, "s3cret"], "**********"
+    elif setting.metavar == "PATH":
+        value = "/tmp/toolsentry-sample.jsonl"
+    else:
+        value = "sample"
+    return [setting.flag, str(value)], value
+
+
+@pytest.mark.parametrize("setting", FLAGGED, ids=[s.key for s in FLAGGED])
+def test_the_flag_of_every_setting_reaches_the_settings(setting: SettingInfo) -> None:
+    args, expected = sample(setting)
+    result = CliRunner().invoke(
+        app, ["serve", "--upstream", UPSTREAM, "--print-settings", *args], env={}
+    )
+    assert result.exit_code == 0, result.output
+    resolved: Any = json.loads(result.stdout)
+    for part in setting.path:
+        resolved = resolved[part]
+    assert resolved == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "named"),
+    [
+        ({"TOOLSENTRY_PORT": "eighty"}, [], "TOOLSENTRY_PORT"),
+        ({"TOOLSENTRY_API_KEYS": '["sk-unclosed'}, [], "TOOLSENTRY_API_KEYS"),
+        ({"TOOLSENTRY_UPSTREAMS": "ftp://127.0.0.1/v1"}, [], "TOOLSENTRY_UPSTREAMS"),
+        ({"TOOLSENTRY_SHADOW_SAMPLE": "2"}, ["-u", UPSTREAM], "TOOLSENTRY_SHADOW_SAMPLE"),
+        ({"TOOLSENTRY_ENFORCE_STRICT": "maybe"}, ["-u", UPSTREAM], "TOOLSENTRY_ENFORCE_STRICT"),
+        ({}, ["-u", UPSTREAM, "--max-reasks", "99"], "--max-reasks"),
+        ({}, ["-u", UPSTREAM, "--repair", "sometimes"], "--repair"),
+    ],
+    ids=["port", "api-keys-json", "upstream-scheme", "shadow-sample", "bool", "flag", "choice"],
+)
+def test_a_configuration_error_is_one_line_naming_the_setting_and_exits_2(
+    env: dict[str, str], args: list[str], named: str
+) -> None:
+    result = toolsentry("serve", *args, env=env)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert named in lines[0]
+
+
+def test_a_broken_config_file_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "broken.yaml"
+    config.write_text("max_errors: [1\n")
+    result = toolsentry("serve", "--config", str(config))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"error: config file {config} is not valid YAML: "
+        "expected ',' or ']', but got '<stream end>' at line 2, column 1"
+    ]
+
+
+def test_plain_values_in_the_environment_give_keys_and_an_upstream() -> None:
+    result = toolsentry(
+        "serve",
+        "--print-settings",
+        env={
+            "TOOLSENTRY_API_KEYS": "sk-abc",
+            "TOOLSENTRY_UPSTREAMS": UPSTREAM,
+            "TOOLSENTRY_SESSION_HEADERS": "x-a, x-b",
+        },
+    )
+    assert result.returncode == 0, result.stderr
+    resolved = json.loads(result.stdout)
+    assert resolved["api_keys"] == ["**********"]
+    assert [(u["name"], u["base_url"]) for u in resolved["upstreams"]] == [
+        ("127.0.0.1:9", UPSTREAM)
+    ]
+    assert resolved["session_headers"] == ["x-a", "x-b"]

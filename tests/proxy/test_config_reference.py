@@ -1,0 +1,29 @@
+"""docs/configuration.md is what the settings model generates, and every setting describes itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.config import SettingInfo, UpstreamConfig, reference, settings_fields
+
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+SETTINGS = settings_fields()
+
+
+def test_the_configuration_reference_is_what_the_model_generates() -> None:
+    assert REFERENCE.read_text(encoding="utf-8") == reference(), (
+        "docs/configuration.md is stale: python -m proxy.config --reference > docs/configuration.md"
+    )
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=[s.key for s in SETTINGS])
+def test_every_setting_has_a_description_for_help_and_the_reference(setting: SettingInfo) -> None:
+    assert setting.description, f"{setting.key} needs a description= or a docstring"
+    assert f"`{setting.env}`" in reference()
+
+
+@pytest.mark.parametrize("name", list(UpstreamConfig.model_fields))
+def test_every_upstream_key_has_a_description(name: str) -> None:
+    assert UpstreamConfig.model_fields[name].description
