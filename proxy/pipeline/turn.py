@@ -49,7 +49,7 @@ from proxy.metrics import CallOutcome, Metrics, RepairResult, UnknownToolStats
 from proxy.pipeline.report import TurnReport
 from proxy.protocols.base import Choice, Message, Settled, TurnView, WireProtocol
 from proxy.protocols.constrain import FOR_API, Constrain
-from proxy.session.budget import ErrorBudget, ExhaustionPolicy, resolve_session
+from proxy.session.budget import ErrorBudget, ExhaustionPolicy, owned, resolve_session
 from proxy.session.stores import SessionRecord, SessionStore
 from proxy.shadow import Shadow, ShadowRequest, judge_for
 from proxy.shadowstats import Decision
@@ -71,13 +71,15 @@ class Exchange:
     """One HTTP request to a turn route, as the dispatch sees it. Its log line and its count are
     written once: by its turn's `close` when a turn began (`turn`), else by `Pipeline.refused`.
     `model`: the body's `model` once the body is parsed; `query`: the request's query string as
-    sent (Claude Code's `?beta=true`), forwarded with the protocol's upstream requests."""
+    sent (Claude Code's `?beta=true`), forwarded with the protocol's upstream requests; `key`:
+    the name of the client key that sent it, once checked (None where no keys exist)."""
 
     api: str
     started: float
     model: object = None
     query: str = ""
     turn: Turn | None = None
+    key: str | None = None
 
 
 class Pipeline:
@@ -136,7 +138,11 @@ class Pipeline:
         previous = view.hints.previous_response_id
         chained = await self.store.session_of_response(previous) if previous else None
         session = resolve_session(
-            headers, view.hints, header_names=self._session_headers, chained=chained
+            headers,
+            view.hints,
+            header_names=self._session_headers,
+            chained=chained,
+            owner=exchange.key,
         )
         budget, repair = self._overrides(headers)
         tool_errors = await self._claim_tool_errors(session, view)
@@ -160,7 +166,7 @@ class Pipeline:
         if budget.exhausted(record.errors) and budget.policy is not ExhaustionPolicy.OBSERVE:
             self.metrics.budget_exhausted.labels(model, protocol.api).inc()
             text = (
-                f"session '{session}' has used its error budget: {record.errors} tool errors "
+                f"session '{turn.shown_session}' has used its error budget: {record.errors} tool errors "
                 f"of {budget.max_errors} allowed"
             )
             if budget.policy is ExhaustionPolicy.REJECT:
@@ -290,6 +296,7 @@ class Turn:
         "budget",
         "ending",
         "forward",
+        "key",
         "model",
         "protocol",
         "record",
@@ -323,7 +330,8 @@ class Turn:
         self.view = view
         self._query = exchange.query  # not the exchange: it refers to this turn (no cycle)
         self.model = model
-        self.session = session
+        self.session = session  # as stored: scoped to the client key `key`
+        self.key = exchange.key
         self.budget = budget
         self.repair = repair
         self.forward = chat_request_headers(headers)
@@ -636,6 +644,11 @@ class Turn:
 
     # -- the report -----------------------------------------------------------------------------
 
+    @property
+    def shown_session(self) -> str:
+        """The session id as its client knows it (in headers, summaries and the log line)."""
+        return owned(self.key, self.session) or self.session
+
     def report(self) -> TurnReport:
         """The turn's report as it stands now (the closed one, once closed)."""
         if self._closed is not None:
@@ -652,7 +665,7 @@ class Turn:
         return TurnReport(
             self.protocol.api,
             self.model,
-            self.session,
+            self.shown_session,
             self.record.errors,
             self.budget.max_errors,
             self._repaired,
@@ -707,6 +720,8 @@ class Turn:
             "stream": self.view.stream or None,
             "latency_ms": round(total * 1000, 3),
         }
+        if self.key is not None:
+            fields["key"] = self.key  # the key's name, never the key
         if pipeline.settings.log_bodies:
             fields["body"] = self.body
         log_request(fields)
