@@ -21,11 +21,11 @@ import uvicorn
 from rich.console import Console
 
 from proxy import __version__, listening
-from proxy.config import Settings, load_settings
+from proxy.config import Settings, is_loopback, load_settings
 from proxy.errors import ConfigError
 from proxy.guard.repair import RepairMode
 from proxy.listening import listen, url_of, write_port_file
-from proxy.logs import configure_logging
+from proxy.logs import configure_logging, get_logger
 
 app = typer.Typer(
     name="toolsentry",
@@ -189,6 +189,13 @@ def serve(
             show_envvar=True,
         ),
     ] = None,
+    insecure_admin: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-admin",
+            help="Serve on a non-loopback address without an admin key (logged at every start).",
+        ),
+    ] = False,
 ) -> None:
     """Run the proxy. Every option can also be set in the environment or in the --config file."""
     try:
@@ -213,8 +220,10 @@ def serve(
             }
             or None,
             otlp_endpoint=otlp_endpoint,
+            insecure_admin=insecure_admin or None,
         )
         check_runnable(settings)
+        check_bind(settings)
     except ConfigError as exc:
         raise _fail(exc.message) from None
     try:
@@ -222,6 +231,12 @@ def serve(
     except ConfigError as exc:
         raise _fail(exc.message) from None
     configure_logging(settings.log_level)
+    if settings.admin_key is None and not is_loopback(settings.host):
+        get_logger().warning(
+            "insecure_admin",
+            host=settings.host,
+            message="serving on a non-loopback address without an admin key",
+        )
     options: dict[str, Any] = {
         "log_level": "warning" if settings.log_level == "info" else settings.log_level,
         "access_log": False,
@@ -305,6 +320,20 @@ def check_runnable(settings: Settings) -> None:
         raise ConfigError(
             "--workers > 1 needs a shared session store: each worker would keep its own memory "
             "store and budgets would not add up. Use --store sqlite:///path.db or redis://…"
+        )
+
+
+def check_bind(settings: Settings) -> None:
+    """Refuse to serve beyond this machine without an admin key, unless `insecure_admin`.
+    Raises ConfigError."""
+    if (
+        settings.admin_key is None
+        and not settings.insecure_admin
+        and not is_loopback(settings.host)
+    ):
+        raise ConfigError(
+            f"refusing to serve on {settings.host} without an admin key: set TOOLSENTRY_ADMIN_KEY "
+            "(or admin_key in --config), or pass --insecure-admin to accept the risk"
         )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -264,6 +265,31 @@ class ModelSeries:
         if self._overhead_seconds is None:
             self._overhead_seconds = self._metrics.overhead_seconds.labels(self._model, self._api)
         return self._overhead_seconds
+
+
+class ModelLabels:
+    """The `model` label of a request's metrics, bounded whatever clients send: a configured
+    model (an upstream's `models`) by its name, any other `other`; where no upstream lists its
+    models, the first `unlisted` names seen, then `other`."""
+
+    def __init__(self, configured: Iterable[str], *, unlisted: int = 64) -> None:
+        self._named = set(configured)
+        self._room = 0 if self._named else unlisted
+
+    def __call__(self, model: object) -> str:
+        """The label of a request's `model` (any JSON value as sent)."""
+        name = model if isinstance(model, str) else ""
+        if name in self._named:
+            return name
+        if self._room > 0:
+            self._room -= 1
+            self._named.add(name)
+            return name
+        return OTHER_MODEL
+
+
+OTHER_MODEL = "other"
+"""The `model` label of every model past the bound (see ModelLabels)."""
 
 
 class UnknownToolStats:

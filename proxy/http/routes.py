@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
@@ -60,26 +61,48 @@ def _add_service_routes(
                 )
         return JSONReply(orjson.dumps({"object": "list", "data": list(merged.values())}))
 
+    # Each answers without a key where `public_endpoints` says so, else behind the admin key.
     @app.get("/healthz")
-    async def healthz() -> Response:
+    async def healthz(request: Request) -> Response:
+        keys.require_public("/healthz", request.headers)
         return JSONReply(b'{"status":"ok"}')
 
+    # The upstream is asked at most once a second, however often /readyz is.
+    ready: list[tuple[float, bytes, int]] = []
+
     @app.get("/readyz")
-    async def readyz() -> Response:
-        for upstream in router.upstreams:
-            try:
-                response = await upstream.request("GET", "models", body=None, headers={})
-            except ToolsentryError:
-                continue
-            if response.status < 500:
-                return JSONReply(orjson.dumps({"status": "ready", "upstream": upstream.name}))
-        return JSONReply(
-            orjson.dumps(error_body("no upstream answers", "upstream_unavailable")), 503
-        )
+    async def readyz(request: Request) -> Response:
+        keys.require_public("/readyz", request.headers)
+        now = time.monotonic()
+        if not ready or now - ready[0][0] >= _READY_CACHE_SECONDS:
+            ready[:] = [(now, *await _probe(router))]
+        _, body, status = ready[0]
+        return JSONReply(body, status)
 
     @app.get("/metrics")
-    async def metrics_endpoint() -> Response:
+    async def metrics_endpoint(request: Request) -> Response:
+        keys.require_public("/metrics", request.headers)
         return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi(request: Request) -> Response:
+        keys.require_public("/openapi.json", request.headers)
+        return JSONReply(orjson.dumps(app.openapi()))
+
+
+_READY_CACHE_SECONDS = 1.0
+
+
+async def _probe(router: Router) -> tuple[bytes, int]:
+    """/readyz's answer: ready when an upstream lists its models without a 5xx."""
+    for upstream in router.upstreams:
+        try:
+            response = await upstream.request("GET", "models", body=None, headers={})
+        except ToolsentryError:
+            continue
+        if response.status < 500:
+            return orjson.dumps({"status": "ready", "upstream": upstream.name}), 200
+    return orjson.dumps(error_body("no upstream answers", "upstream_unavailable")), 503
 
 
 def _shown(record: SessionRecord, owner: str | None) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from proxy.guard.strict import StrictForm, restore_calls
 from proxy.guard.toolcheck import GuardLimits, ToolIndex, validate
 from proxy.headers import MAX_ERRORS_HEADER, REPAIR_HEADER
 from proxy.logs import get_logger, log_request
-from proxy.metrics import CallOutcome, Metrics, RepairResult, UnknownToolStats
+from proxy.metrics import CallOutcome, Metrics, ModelLabels, RepairResult, UnknownToolStats
 from proxy.pipeline.report import TurnReport
 from proxy.protocols.base import Choice, Message, Settled, TurnView, WireProtocol
 from proxy.protocols.constrain import FOR_API, Constrain
@@ -62,8 +62,6 @@ from proxy.upstream import (
     chat_request_headers,
     raise_for_status,
 )
-
-_MAX_MODEL_LABELS = 64
 
 
 @dataclass(slots=True)
@@ -110,7 +108,7 @@ class Pipeline:
         self.shadow: Shadow | None = None
         self.constraints = ConstraintSupport()
         self._structured_outputs = {u.name: u.structured_outputs for u in settings.upstreams}
-        self._model_labels: set[str] = set()
+        self._model_labels = ModelLabels(m for u in settings.upstreams for m in u.models)
         # The budget of a request that overrides none (frozen, so every such turn shares it).
         self._budget = ErrorBudget(settings.max_errors, settings.exhaustion_policy)
 
@@ -197,14 +195,8 @@ class Pipeline:
         return self._structured_outputs.get(upstream, StructuredOutputs.AUTO)
 
     def model_label(self, model: object) -> str:
-        """The `model` label of a request's metrics: its model, or `other` past 64 names."""
-        name = model if isinstance(model, str) else ""
-        if name in self._model_labels:
-            return name
-        if len(self._model_labels) < _MAX_MODEL_LABELS:
-            self._model_labels.add(name)
-            return name
-        return "other"
+        """The `model` label of a request's metrics, bounded (see ModelLabels)."""
+        return self._model_labels(model)
 
     def refused(self, exchange: Exchange, status: int, error: str) -> None:
         """Count and log a request refused before its turn began (400, 401, 404, 413, …)."""
