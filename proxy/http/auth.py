@@ -46,10 +46,22 @@ class Keys:
             raise AuthenticationError("this endpoint needs the admin key", code="invalid_admin_key")
 
     def require_public(self, path: str, headers: Mapping[str, str]) -> None:
-        """Raise AuthenticationError unless `path` is public (`public_endpoints`) or the admin
-        key is presented."""
-        if not self._settings.public(path):
+        """Let `path` through when it is public (`public_endpoints`) or the admin key is
+        presented; without an admin key, on a loopback bind only.
+
+        Raises AuthenticationError (no admin key presented) or PermissionDeniedError (none
+        configured, on a non-loopback bind).
+        """
+        if self._settings.public(path):
+            return
+        if self._admin is not None:
             self.require_admin(headers)
+        elif not self._open_admin:
+            raise PermissionDeniedError(
+                f"{path} needs an admin key on a non-loopback bind: set TOOLSENTRY_ADMIN_KEY "
+                "or admin_key, or list it in public_endpoints",
+                code="admin_key_not_configured",
+            )
 
     def session_reader(self, headers: Mapping[str, str], *, open_to_all: bool) -> str | None:
         """Who reads the session API: None for the admin (every session), else the name of the
