@@ -118,6 +118,12 @@ TRACE_SPANS_DROPPED = Family(
     "Trace spans not delivered to the OTLP endpoint (reason: queue_full, export_failed).",
     ("reason",),
 )
+KEY_REQUESTS = Family(
+    "toolsentry_key_requests",
+    "Requests to the turn routes by client key (its configured name, never the key; only where "
+    "api_keys are set) and final status.",
+    ("key", "status"),
+)
 BUDGET_EXHAUSTED = Family(
     "toolsentry_budget_exhausted",
     "Requests refused or finished because the session's error budget was spent.",
@@ -200,6 +206,8 @@ class Metrics:
         self.repairs = REPAIRS.counter(r)
         self.trace_spans_dropped = TRACE_SPANS_DROPPED.counter(r)
         self.budget_exhausted = BUDGET_EXHAUSTED.counter(r)
+        self.key_requests = KEY_REQUESTS.counter(r)
+        self._keys: dict[tuple[str, str], PromCounter] = {}
         self.upstream_seconds = UPSTREAM_SECONDS.histogram(r)
         self.overhead_seconds = OVERHEAD_SECONDS.histogram(r)
         self._models: dict[tuple[str, str], ModelSeries] = {}
@@ -210,6 +218,14 @@ class Metrics:
         if series is None:
             series = self._models[(model, api)] = ModelSeries(self, model, api)
         return series
+
+    def for_key(self, key: str, status: str) -> PromCounter:
+        """`toolsentry_key_requests_total{key, status}`, resolved once and kept (the key names are
+        the configured ones)."""
+        child = self._keys.get((key, status))
+        if child is None:
+            child = self._keys[(key, status)] = self.key_requests.labels(key, status)
+        return child
 
     def render(self) -> bytes:
         """The exposition text for /metrics: this process's values, or every worker's summed."""

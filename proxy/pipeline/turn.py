@@ -203,6 +203,8 @@ class Pipeline:
         model = exchange.model
         label = self.model_label(model)
         self.metrics.for_model(label, exchange.api).requests(str(status)).inc()
+        if exchange.key is not None:
+            self.metrics.for_key(exchange.key, str(status)).inc()
         log_request(
             {
                 "api": exchange.api,
@@ -702,6 +704,8 @@ class Turn:
         for outcome, count in self._outcomes.items():
             series.tool_calls(outcome).inc(count)
         series.requests(str(status)).inc()
+        if self.key is not None:
+            pipeline.metrics.for_key(self.key, str(status)).inc()
         total = time.perf_counter() - self._started
         series.upstream_seconds.observe(self.upstream_seconds)
         series.overhead_seconds.observe(max(0.0, total - self.upstream_seconds))

@@ -20,6 +20,7 @@ import pytest
 from proxy.headers import ERRORS_HEADER, SESSION_HEADER
 from proxy.testing import LoopbackServer, ScriptedUpstream, completion
 from tests.proxy.builders import make_request
+from tests.proxy.metrics_text import metric
 from tests.proxy.system.support import REPO, ProxyProcess
 
 KEY_A = "client-key-A"
@@ -152,13 +153,18 @@ def test_a_key_reads_lists_and_resets_only_its_own_sessions(proxy: ProxyProcess)
         )
 
 
-def test_the_log_names_the_key_never_the_key_itself(proxy: ProxyProcess) -> None:
+def test_the_log_and_the_metrics_name_the_key_never_the_key_itself(proxy: ProxyProcess) -> None:
     post(proxy, make_request(), {**A, "x-session-id": "logged"})
+    post(proxy, failing_turn(12), {**B, "x-session-id": "logged"})
     text = proxy.log_path.read_text()
     assert '"key":"team-a"' in text
     assert '"key":"key-2"' in text
+    metrics = proxy.metrics()
+    assert metric(metrics, "toolsentry_key_requests_total", key="team-a", status="200") >= 1
+    assert metric(metrics, "toolsentry_key_requests_total", key="key-2", status="429") >= 1
     for secret in (KEY_A, KEY_B, ADMIN):
         assert secret not in text
+        assert secret not in metrics
 
 
 def test_the_admin_key_never_goes_upstream(
