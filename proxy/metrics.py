@@ -286,11 +286,12 @@ class ModelSeries:
 class ModelLabels:
     """The `model` label of a request's metrics, bounded whatever clients send: a configured
     model (an upstream's `models`) by its name, any other `other`; where no upstream lists its
-    models, the first `unlisted` names seen, then `other`."""
+    models, the first `unlisted` names seen, then `other`. A request whose model is not known
+    (refused before its body was read, or naming none) is labelled `""`."""
 
     def __init__(self, configured: Iterable[str], *, unlisted: int = 64) -> None:
-        self._named = set(configured)
-        self._room = 0 if self._named else unlisted
+        self._named = {"", *configured}
+        self._room = 0 if len(self._named) > 1 else unlisted
 
     def __call__(self, model: object) -> str:
         """The label of a request's `model` (any JSON value as sent)."""
