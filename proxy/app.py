@@ -141,6 +141,7 @@ def create_app(
         lifespan=_lifespan(router, session_store, shadow, tracer),
         docs_url=None,
         redoc_url=None,
+        openapi_url=None,  # served by routes.py, behind public_endpoints
         **_NO_OPENTELEMETRY,
     )
     app.state.settings = settings

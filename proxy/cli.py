@@ -22,10 +22,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from proxy import __version__, listening
-from proxy.config import SettingInfo, Settings, load_settings, settings_fields
+from proxy.config import SettingInfo, Settings, is_loopback, load_settings, settings_fields
 from proxy.errors import ConfigError
 from proxy.listening import listen, url_of, write_port_file
-from proxy.logs import configure_logging
+from proxy.logs import configure_logging, get_logger
 
 app = typer.Typer(
     name="toolsentry",
@@ -114,10 +114,17 @@ def serve(
             sys.stdout.write(json.dumps(settings.redacted(), indent=2, ensure_ascii=False) + "\n")
             return
         check_runnable(settings)
+        check_bind(settings)
         sock = listen(settings.host, settings.port)
     except ConfigError as exc:
         raise _fail(exc.message) from None
     configure_logging(settings.log_level)
+    if settings.admin_key is None and not is_loopback(settings.host):
+        get_logger().warning(
+            "insecure_admin",
+            host=settings.host,
+            message="serving on a non-loopback address without an admin key",
+        )
     options: dict[str, Any] = {
         "log_level": "warning" if settings.log_level == "info" else settings.log_level,
         "access_log": False,
@@ -258,6 +265,20 @@ def check_runnable(settings: Settings) -> None:
         raise ConfigError(
             "--workers > 1 needs a shared session store: each worker would keep its own memory "
             "store and budgets would not add up. Use --store sqlite:///path.db or redis://…"
+        )
+
+
+def check_bind(settings: Settings) -> None:
+    """Refuse to serve beyond this machine without an admin key, unless `insecure_admin`.
+    Raises ConfigError."""
+    if (
+        settings.admin_key is None
+        and not settings.insecure_admin
+        and not is_loopback(settings.host)
+    ):
+        raise ConfigError(
+            f"refusing to serve on {settings.host} without an admin key: set TOOLSENTRY_ADMIN_KEY "
+            "(or admin_key in --config), or pass --insecure-admin to accept the risk"
         )
 
 

@@ -8,6 +8,7 @@ as JSON (`TOOLSENTRY_UPSTREAMS='[{"name": "vllm", "base_url": "http://127.0.0.1:
 from __future__ import annotations
 
 import enum
+import ipaddress
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,6 +150,29 @@ class PassthroughConfig(BaseModel):
         return validate_entries(value)
 
 
+PUBLIC_ENDPOINTS = ("/healthz", "/readyz", "/metrics", "/openapi.json")
+"""The proxy's own endpoints `public_endpoints` may open; every other route needs a key."""
+
+
+class ClientKey(BaseModel):
+    """A client key and the name it is known by in sessions, metrics and logs (never the key)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]{1,64}$", description="Letters, digits, . _ -")
+    key: SecretStr = Field(min_length=1)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` listens on this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 class Settings(BaseSettings):
     """Everything the proxy can be told. Field descriptions are what `--help` and docs show."""
 
@@ -211,10 +235,63 @@ class Settings(BaseSettings):
 
     retries: int = Field(default=2, ge=0, le=10, description="Retries before the first byte.")
 
-    api_keys: list[SecretStr] = Field(default_factory=list)
-    """Keys clients present as bearer token or x-api-key; none lets every request through. From the environment as a JSON list or comma-separated."""
+    # Keys, sessions and public endpoints (DESIGN §9).
+    api_keys: list[ClientKey] = Field(
+        default_factory=list,
+        description="Client keys, each `{name, key}`; a plain string is named key-1, key-2, … "
+        "by its position. Sessions belong to the key that used them. None lets every request "
+        "through. From the environment as a JSON list or comma-separated.",
+    )
     admin_key: SecretStr | None = None
     """Key for the admin endpoints (bearer token or x-admin-key). Unset, they are open while no api_keys are set and refused once some are."""
+    insecure_admin: bool = Field(
+        default=False,
+        description="Serve on a non-loopback address without an admin key (the session API's "
+        "list and reset stay closed; the risk is logged at every start).",
+    )
+    public_endpoints: list[str] | None = Field(
+        default=None,
+        description="Paths answered without a key (of /healthz, /readyz, /metrics, "
+        "/openapi.json); default: /healthz and /readyz, and /metrics on a loopback bind.",
+    )
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _named_keys(cls, value: Any) -> Any:
+        # A plain key is named by its position, never by anything derived from the key.
+        if not isinstance(value, list):
+            return value
+        return [
+            {"name": f"key-{i}", "key": item} if isinstance(item, str) else item
+            for i, item in enumerate(value, 1)
+        ]
+
+    @field_validator("api_keys")
+    @classmethod
+    def _distinct_keys(cls, value: list[ClientKey]) -> list[ClientKey]:
+        names = [k.name for k in value]
+        if len(set(names)) != len(names):
+            raise ValueError("two client keys share a name")
+        if len({k.key.get_secret_value() for k in value}) != len(value):
+            raise ValueError("two client keys are the same key")
+        return value
+
+    @field_validator("public_endpoints")
+    @classmethod
+    def _known_endpoints(cls, value: list[str] | None) -> list[str] | None:
+        unknown = set(value or ()) - set(PUBLIC_ENDPOINTS)
+        if unknown:
+            raise ValueError(
+                f"public_endpoints may name {', '.join(PUBLIC_ENDPOINTS)}, not {sorted(unknown)}"
+            )
+        return value
+
+    def public(self, path: str) -> bool:
+        """Whether `path` (one of PUBLIC_ENDPOINTS) answers without a key."""
+        if self.public_endpoints is not None:
+            return path in self.public_endpoints
+        return path in ("/healthz", "/readyz") or (path == "/metrics" and is_loopback(self.host))
+
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     """Largest request body accepted, in bytes."""
     max_tools: int = Field(default=512, ge=1)
@@ -291,14 +368,16 @@ class Settings(BaseSettings):
     def to_json_with_secrets(self) -> str:
         """The settings as JSON, secrets included: only for handing to this proxy's own workers."""
         data = self.model_dump(mode="json")
-        data["api_keys"] = [k.get_secret_value() for k in self.api_keys]
+        data["api_keys"] = [
+            {"name": k.name, "key": k.key.get_secret_value()} for k in self.api_keys
+        ]
         data["admin_key"] = self.admin_key.get_secret_value() if self.admin_key else None
         return json.dumps(data)
 
     def redacted(self) -> dict[str, Any]:
         """The resolved settings as JSON-ready data, with every secret masked."""
         data = self.model_dump(mode="json")
-        data["api_keys"] = ["**********" for _ in self.api_keys]
+        data["api_keys"] = [{"name": k.name, "key": "**********"} for k in self.api_keys]
         data["admin_key"] = "**********" if self.admin_key is not None else None
         return data
 

@@ -4,6 +4,7 @@
     ├── BadRequestError               400 invalid_request_error
     │   └── PayloadTooLargeError      413 invalid_request_error
     ├── AuthenticationError           401 authentication_error
+    ├── PermissionDeniedError         403 permission_error
     ├── NotFoundError                 404 not_found_error
     ├── BudgetExhaustedError          429 error_budget_exhausted
     ├── UnrepairedToolCallError       422 invalid_tool_call   (on_unrepaired: reject)
@@ -61,6 +62,11 @@ class PayloadTooLargeError(BadRequestError):
 class AuthenticationError(ToolsentryError):
     status_code = 401
     error_type = "authentication_error"
+
+
+class PermissionDeniedError(ToolsentryError):
+    status_code = 403
+    error_type = "permission_error"
 
 
 class NotFoundError(ToolsentryError):

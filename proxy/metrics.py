@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,6 +118,12 @@ TRACE_SPANS_DROPPED = Family(
     "Trace spans not delivered to the OTLP endpoint (reason: queue_full, export_failed).",
     ("reason",),
 )
+KEY_REQUESTS = Family(
+    "toolsentry_key_requests",
+    "Requests to the turn routes by client key (its configured name, never the key; only where "
+    "api_keys are set) and final status.",
+    ("key", "status"),
+)
 BUDGET_EXHAUSTED = Family(
     "toolsentry_budget_exhausted",
     "Requests refused or finished because the session's error budget was spent.",
@@ -199,6 +206,8 @@ class Metrics:
         self.repairs = REPAIRS.counter(r)
         self.trace_spans_dropped = TRACE_SPANS_DROPPED.counter(r)
         self.budget_exhausted = BUDGET_EXHAUSTED.counter(r)
+        self.key_requests = KEY_REQUESTS.counter(r)
+        self._keys: dict[tuple[str, str], PromCounter] = {}
         self.upstream_seconds = UPSTREAM_SECONDS.histogram(r)
         self.overhead_seconds = OVERHEAD_SECONDS.histogram(r)
         self._models: dict[tuple[str, str], ModelSeries] = {}
@@ -209,6 +218,14 @@ class Metrics:
         if series is None:
             series = self._models[(model, api)] = ModelSeries(self, model, api)
         return series
+
+    def for_key(self, key: str, status: str) -> PromCounter:
+        """`toolsentry_key_requests_total{key, status}`, resolved once and kept (the key names are
+        the configured ones)."""
+        child = self._keys.get((key, status))
+        if child is None:
+            child = self._keys[(key, status)] = self.key_requests.labels(key, status)
+        return child
 
     def render(self) -> bytes:
         """The exposition text for /metrics: this process's values, or every worker's summed."""
@@ -264,6 +281,32 @@ class ModelSeries:
         if self._overhead_seconds is None:
             self._overhead_seconds = self._metrics.overhead_seconds.labels(self._model, self._api)
         return self._overhead_seconds
+
+
+class ModelLabels:
+    """The `model` label of a request's metrics, bounded whatever clients send: a configured
+    model (an upstream's `models`) by its name, any other `other`; where no upstream lists its
+    models, the first `unlisted` names seen, then `other`. A request whose model is not known
+    (refused before its body was read, or naming none) is labelled `""`."""
+
+    def __init__(self, configured: Iterable[str], *, unlisted: int = 64) -> None:
+        self._named = {"", *configured}
+        self._room = 0 if len(self._named) > 1 else unlisted
+
+    def __call__(self, model: object) -> str:
+        """The label of a request's `model` (any JSON value as sent)."""
+        name = model if isinstance(model, str) else ""
+        if name in self._named:
+            return name
+        if self._room > 0:
+            self._room -= 1
+            self._named.add(name)
+            return name
+        return OTHER_MODEL
+
+
+OTHER_MODEL = "other"
+"""The `model` label of every model past the bound (see ModelLabels)."""
 
 
 class UnknownToolStats:

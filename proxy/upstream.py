@@ -186,7 +186,7 @@ class Upstream(Protocol):
 USER_AGENT = f"toolsentry/{__version__}"
 
 # A client's own credentials never go upstream: the upstream's key comes from configuration.
-_CLIENT_KEYS = frozenset({"authorization", "x-api-key"})
+_CLIENT_KEYS = frozenset({"authorization", "x-api-key", "x-admin-key"})
 
 # The proxy's own per-request controls (x-toolsentry-max-errors, x-toolsentry-repair).
 

@@ -98,7 +98,7 @@ class TurnRoute:
     async def _answer(
         self, headers: dict[str, str], receive: Receive, exchange: Exchange
     ) -> Response:
-        self.keys.require_client(headers)
+        exchange.key = self.keys.require_client(headers)
         raw = await read_body(headers, receive, self.pipeline.settings.max_body_bytes)
         parsed = self.bodies.parse(raw)
         _read_stream_flag(parsed.body)

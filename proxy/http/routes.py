@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
@@ -13,7 +14,8 @@ from proxy.errors import BadRequestError, NotFoundError, ToolsentryError, error_
 from proxy.http.auth import Keys
 from proxy.http.replies import JSONReply
 from proxy.metrics import CONTENT_TYPE, Metrics, UnknownToolStats
-from proxy.session.stores import SessionStore
+from proxy.session.budget import owned, scoped
+from proxy.session.stores import SessionRecord, SessionStore
 from proxy.shadow import Shadow
 from proxy.upstream import Router
 
@@ -59,26 +61,55 @@ def _add_service_routes(
                 )
         return JSONReply(orjson.dumps({"object": "list", "data": list(merged.values())}))
 
+    # Each answers without a key where `public_endpoints` says so, else behind the admin key.
     @app.get("/healthz")
-    async def healthz() -> Response:
+    async def healthz(request: Request) -> Response:
+        keys.require_public("/healthz", request.headers)
         return JSONReply(b'{"status":"ok"}')
 
+    # The upstream is asked at most once a second, however often /readyz is.
+    ready: list[tuple[float, bytes, int]] = []
+
     @app.get("/readyz")
-    async def readyz() -> Response:
-        for upstream in router.upstreams:
-            try:
-                response = await upstream.request("GET", "models", body=None, headers={})
-            except ToolsentryError:
-                continue
-            if response.status < 500:
-                return JSONReply(orjson.dumps({"status": "ready", "upstream": upstream.name}))
-        return JSONReply(
-            orjson.dumps(error_body("no upstream answers", "upstream_unavailable")), 503
-        )
+    async def readyz(request: Request) -> Response:
+        keys.require_public("/readyz", request.headers)
+        now = time.monotonic()
+        if not ready or now - ready[0][0] >= _READY_CACHE_SECONDS:
+            ready[:] = [(now, *await _probe(router))]
+        _, body, status = ready[0]
+        return JSONReply(body, status)
 
     @app.get("/metrics")
-    async def metrics_endpoint() -> Response:
+    async def metrics_endpoint(request: Request) -> Response:
+        keys.require_public("/metrics", request.headers)
         return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi(request: Request) -> Response:
+        keys.require_public("/openapi.json", request.headers)
+        return JSONReply(orjson.dumps(app.openapi()))
+
+
+_READY_CACHE_SECONDS = 1.0
+
+
+async def _probe(router: Router) -> tuple[bytes, int]:
+    """/readyz's answer: ready when an upstream lists its models without a 5xx."""
+    for upstream in router.upstreams:
+        try:
+            response = await upstream.request("GET", "models", body=None, headers={})
+        except ToolsentryError:
+            continue
+        if response.status < 500:
+            return orjson.dumps({"status": "ready", "upstream": upstream.name}), 200
+    return orjson.dumps(error_body("no upstream answers", "upstream_unavailable")), 503
+
+
+def _shown(record: SessionRecord, owner: str | None) -> dict[str, Any]:
+    """A session as its reader sees it: a client key, by the id it sends."""
+    shown = record.to_dict()
+    shown["session"] = owned(owner, record.session)
+    return shown
 
 
 def _add_admin_routes(
@@ -89,29 +120,34 @@ def _add_admin_routes(
     keys: Keys,
     shadow: Shadow | None,
 ) -> None:
-    """The session API and the statistics, behind the admin key."""
+    """The session API (a client key's own sessions, the admin key's all) and the statistics
+    (behind the admin key)."""
 
+    # A client key reads and resets its own sessions, by the ids it sends; the admin key every
+    # session, by its stored id (`owner:id` where client keys exist; see budget.scoped).
     @app.get("/v1/sessions")
     async def list_sessions(request: Request, order: str = "recent", limit: int = 50) -> Response:
-        keys.require_admin(request.headers)
+        owner = keys.session_reader(request.headers, open_to_all=False)
         if order not in ("recent", "failing"):
             raise BadRequestError("order must be 'recent' or 'failing'", param="order")
-        records = await store.list(order=order, limit=max(1, min(limit, 1000)))  # type: ignore[arg-type]
-        return JSONReply(orjson.dumps({"object": "list", "data": [r.to_dict() for r in records]}))
+        prefix = "" if owner is None else scoped(owner, "")
+        records = await store.list(order=order, limit=max(1, min(limit, 1000)), prefix=prefix)  # type: ignore[arg-type]
+        data = [_shown(r, owner) for r in records]
+        return JSONReply(orjson.dumps({"object": "list", "data": data}))
 
     # Session ids may hold slashes (τ²-bench task ids do), as they are or percent-encoded.
     @app.get("/v1/sessions/{session_id:path}")
     async def get_session(request: Request, session_id: str) -> Response:
-        keys.require_admin(request.headers)
-        record = await store.get(session_id)
+        owner = keys.session_reader(request.headers, open_to_all=True)
+        record = await store.get(scoped(owner, session_id))
         if record is None:
             raise NotFoundError(f"no session '{session_id}'", param="session_id")
-        return JSONReply(orjson.dumps(record.to_dict()))
+        return JSONReply(orjson.dumps(_shown(record, owner)))
 
     @app.delete("/v1/sessions/{session_id:path}")
     async def delete_session(request: Request, session_id: str) -> Response:
-        keys.require_admin(request.headers)
-        if not await store.delete(session_id):
+        owner = keys.session_reader(request.headers, open_to_all=False)
+        if not await store.delete(scoped(owner, session_id)):
             raise NotFoundError(f"no session '{session_id}'", param="session_id")
         return JSONReply(orjson.dumps({"id": session_id, "deleted": True}))
 

@@ -45,11 +45,11 @@ from proxy.guard.strict import StrictForm, restore_calls
 from proxy.guard.toolcheck import GuardLimits, ToolIndex, validate
 from proxy.headers import MAX_ERRORS_HEADER, REPAIR_HEADER
 from proxy.logs import get_logger, log_request
-from proxy.metrics import CallOutcome, Metrics, RepairResult, UnknownToolStats
+from proxy.metrics import CallOutcome, Metrics, ModelLabels, RepairResult, UnknownToolStats
 from proxy.pipeline.report import TurnReport
 from proxy.protocols.base import Choice, Message, Settled, TurnView, WireProtocol
 from proxy.protocols.constrain import FOR_API, Constrain
-from proxy.session.budget import ErrorBudget, ExhaustionPolicy, resolve_session
+from proxy.session.budget import ErrorBudget, ExhaustionPolicy, owned, resolve_session
 from proxy.session.stores import SessionRecord, SessionStore
 from proxy.shadow import Shadow, ShadowRequest, judge_for
 from proxy.shadowstats import Decision
@@ -63,21 +63,21 @@ from proxy.upstream import (
     raise_for_status,
 )
 
-_MAX_MODEL_LABELS = 64
-
 
 @dataclass(slots=True)
 class Exchange:
     """One HTTP request to a turn route, as the dispatch sees it. Its log line and its count are
     written once: by its turn's `close` when a turn began (`turn`), else by `Pipeline.refused`.
     `model`: the body's `model` once the body is parsed; `query`: the request's query string as
-    sent (Claude Code's `?beta=true`), forwarded with the protocol's upstream requests."""
+    sent (Claude Code's `?beta=true`), forwarded with the protocol's upstream requests; `key`:
+    the name of the client key that sent it, once checked (None where no keys exist)."""
 
     api: str
     started: float
     model: object = None
     query: str = ""
     turn: Turn | None = None
+    key: str | None = None
 
 
 class Pipeline:
@@ -108,7 +108,7 @@ class Pipeline:
         self.shadow: Shadow | None = None
         self.constraints = ConstraintSupport()
         self._structured_outputs = {u.name: u.structured_outputs for u in settings.upstreams}
-        self._model_labels: set[str] = set()
+        self._model_labels = ModelLabels(m for u in settings.upstreams for m in u.models)
         # The budget of a request that overrides none (frozen, so every such turn shares it).
         self._budget = ErrorBudget(settings.max_errors, settings.exhaustion_policy)
 
@@ -136,7 +136,11 @@ class Pipeline:
         previous = view.hints.previous_response_id
         chained = await self.store.session_of_response(previous) if previous else None
         session = resolve_session(
-            headers, view.hints, header_names=self._session_headers, chained=chained
+            headers,
+            view.hints,
+            header_names=self._session_headers,
+            chained=chained,
+            owner=exchange.key,
         )
         budget, repair = self._overrides(headers)
         tool_errors = await self._claim_tool_errors(session, view)
@@ -160,7 +164,7 @@ class Pipeline:
         if budget.exhausted(record.errors) and budget.policy is not ExhaustionPolicy.OBSERVE:
             self.metrics.budget_exhausted.labels(model, protocol.api).inc()
             text = (
-                f"session '{session}' has used its error budget: {record.errors} tool errors "
+                f"session '{turn.shown_session}' has used its error budget: {record.errors} tool errors "
                 f"of {budget.max_errors} allowed"
             )
             if budget.policy is ExhaustionPolicy.REJECT:
@@ -191,20 +195,16 @@ class Pipeline:
         return self._structured_outputs.get(upstream, StructuredOutputs.AUTO)
 
     def model_label(self, model: object) -> str:
-        """The `model` label of a request's metrics: its model, or `other` past 64 names."""
-        name = model if isinstance(model, str) else ""
-        if name in self._model_labels:
-            return name
-        if len(self._model_labels) < _MAX_MODEL_LABELS:
-            self._model_labels.add(name)
-            return name
-        return "other"
+        """The `model` label of a request's metrics, bounded (see ModelLabels)."""
+        return self._model_labels(model)
 
     def refused(self, exchange: Exchange, status: int, error: str) -> None:
         """Count and log a request refused before its turn began (400, 401, 404, 413, …)."""
         model = exchange.model
         label = self.model_label(model)
         self.metrics.for_model(label, exchange.api).requests(str(status)).inc()
+        if exchange.key is not None:
+            self.metrics.for_key(exchange.key, str(status)).inc()
         log_request(
             {
                 "api": exchange.api,
@@ -290,6 +290,7 @@ class Turn:
         "budget",
         "ending",
         "forward",
+        "key",
         "model",
         "protocol",
         "record",
@@ -323,7 +324,8 @@ class Turn:
         self.view = view
         self._query = exchange.query  # not the exchange: it refers to this turn (no cycle)
         self.model = model
-        self.session = session
+        self.session = session  # as stored: scoped to the client key `key`
+        self.key = exchange.key
         self.budget = budget
         self.repair = repair
         self.forward = chat_request_headers(headers)
@@ -636,6 +638,11 @@ class Turn:
 
     # -- the report -----------------------------------------------------------------------------
 
+    @property
+    def shown_session(self) -> str:
+        """The session id as its client knows it (in headers, summaries and the log line)."""
+        return owned(self.key, self.session) or self.session
+
     def report(self) -> TurnReport:
         """The turn's report as it stands now (the closed one, once closed)."""
         if self._closed is not None:
@@ -652,7 +659,7 @@ class Turn:
         return TurnReport(
             self.protocol.api,
             self.model,
-            self.session,
+            self.shown_session,
             self.record.errors,
             self.budget.max_errors,
             self._repaired,
@@ -697,6 +704,8 @@ class Turn:
         for outcome, count in self._outcomes.items():
             series.tool_calls(outcome).inc(count)
         series.requests(str(status)).inc()
+        if self.key is not None:
+            pipeline.metrics.for_key(self.key, str(status)).inc()
         total = time.perf_counter() - self._started
         series.upstream_seconds.observe(self.upstream_seconds)
         series.overhead_seconds.observe(max(0.0, total - self.upstream_seconds))
@@ -707,6 +716,8 @@ class Turn:
             "stream": self.view.stream or None,
             "latency_ms": round(total * 1000, 3),
         }
+        if self.key is not None:
+            fields["key"] = self.key  # the key's name, never the key
         if pipeline.settings.log_bodies:
             fields["body"] = self.body
         log_request(fields)

@@ -18,6 +18,8 @@ from proxy.errors import BadRequestError
 
 MAX_SESSION_ID_LENGTH = 200
 FINGERPRINT_PREFIX = "fp-"
+SCOPE_SEPARATOR = ":"
+"""Between a client key's name and its session id in a stored session id (see `scoped`)."""
 DEFAULT_SESSION_HEADER = "x-session-id"
 DEFAULT_SESSION_HEADERS = ("x-session-id", "session-id", "x-claude-code-session-id")
 """The session headers tried in order: the proxy's own, Codex CLI's, Claude Code's."""
@@ -92,13 +94,15 @@ def resolve_session(
     *,
     header_names: Sequence[str] = DEFAULT_SESSION_HEADERS,
     chained: str | None = None,
+    owner: str | None = None,
 ) -> str:
-    """The session a request belongs to; the first source that has one wins (DESIGN §5).
+    """The session a request belongs to, as stored: scoped to `owner` (see `scoped`), the
+    name of the client key that sent it. The first source that has one wins (DESIGN §5).
 
     1. the headers `header_names` in order (lower-case names, as `headers` is keyed by them);
     2. `hints.declared` (the body's own session id);
-    3. `chained`: the session of the response `hints.previous_response_id` names, when the
-       caller found it;
+    3. `chained`: the session (as stored) of the response `hints.previous_response_id` names,
+       when the caller found it and it is `owner`'s;
     4. `hints.user`; a value that is not a valid id (too long, non-ASCII) is replaced by
        `"user-" + hash`, so one end user still maps to one session;
     5. `"fp-" + 16 hex digits` of `hints.fingerprint`. Clients that resend the history keep the
@@ -110,11 +114,38 @@ def resolve_session(
     Raises:
         BadRequestError: a session header or the declared id holds an invalid id.
     """
+    session = _named(headers, hints, header_names)
+    if session is None:
+        if chained is not None and owned(owner, chained) is not None:
+            return chained  # this key's response: the request continues its session
+        session = _unnamed(hints)
+    return scoped(owner, session)
+
+
+def scoped(owner: str | None, session: str) -> str:
+    """The stored id of a client's session `session`: `owner:session`, where `owner` is the
+    name of the client key (letters, digits, `._-`, so the first `:` ends it); the id as is
+    where no keys are configured (`owner` None). Every store keys sessions by this id, so
+    replicas sharing a store agree."""
+    return session if owner is None else owner + SCOPE_SEPARATOR + session
+
+
+def owned(owner: str | None, stored: str) -> str | None:
+    """The client's id of the stored session id `stored` when it is `owner`'s, else None."""
+    if owner is None:
+        return stored
+    prefix = owner + SCOPE_SEPARATOR
+    return stored[len(prefix) :] if stored.startswith(prefix) else None
+
+
+def _named(
+    headers: Mapping[str, str], hints: SessionHints, header_names: Sequence[str]
+) -> str | None:
+    """The session a request names: a session header, else the body's declared id."""
     for name in header_names:
         header = headers.get(name)
         if header is not None and header.strip():
             return _checked(header, param=name)
-
     declared = hints.declared
     if isinstance(declared, str) and declared.strip():
         return _checked(declared, param=hints.declared_param)
@@ -122,16 +153,17 @@ def resolve_session(
         raise BadRequestError(
             f"{hints.declared_param} must be a string", param=hints.declared_param
         )
-    if chained is not None:
-        return chained
+    return None
 
+
+def _unnamed(hints: SessionHints) -> str:
+    """The session of a request that names none: its end user's, else its fingerprint."""
     user = hints.user
     if isinstance(user, str) and user.strip():
         stripped = user.strip()
         if _valid(stripped):
             return stripped
         return "user-" + _short_hash(user)
-
     return fingerprint_of(*hints.fingerprint)
 
 

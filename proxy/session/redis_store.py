@@ -306,7 +306,7 @@ class RedisStore:
         await self._redis.aclose()
 
     async def list(
-        self, *, order: Order = "recent", limit: int = 50
+        self, *, order: Order = "recent", limit: int = 50, prefix: str = ""
     ) -> builtins.list[SessionRecord]:
         if order not in ("recent", "failing"):
             raise ValueError(f"unknown order {order!r}; use 'recent' or 'failing'")
@@ -321,13 +321,13 @@ class RedisStore:
                     names = await self._redis.zrevrangebyscore(
                         self._recent, "+inf", f"({now - self._ttl!r}", start=start, num=page
                     )
-                    candidates = [str(name) for name in names]
+                    candidates = [str(name) for name in names if str(name).startswith(prefix)]
                 else:
                     members = await self._redis.zrevrange(self._failing, start, start + page - 1)
                     candidates = []
                     for member in members:
                         rank, _, name = str(member).partition("|")
-                        if float(rank) + self._ttl > now:
+                        if float(rank) + self._ttl > now and name.startswith(prefix):
                             candidates.append(name)
                     names = members
                 if not names:

@@ -162,11 +162,11 @@ class SqliteStore:
         self._executor.shutdown(wait=False)
 
     async def list(
-        self, *, order: Order = "recent", limit: int = 50
+        self, *, order: Order = "recent", limit: int = 50, prefix: str = ""
     ) -> builtins.list[SessionRecord]:
         if order not in _ORDER_SQL:
             raise ValueError(f"unknown order {order!r}; use 'recent' or 'failing'")
-        return await self._run(self._list, _ORDER_SQL[order], limit, self._clock())
+        return await self._run(self._list, _ORDER_SQL[order], limit, prefix, self._clock())
 
     # Everything below runs on the store's thread.
 
@@ -290,13 +290,17 @@ class SqliteStore:
                 self._db.execute("SELECT field, count FROM counts WHERE key = ?", (key,)).fetchall()
             )
 
-    def _list(self, order_sql: str, limit: int, now: float) -> builtins.list[SessionRecord]:
+    def _list(
+        self, order_sql: str, limit: int, prefix: str, now: float
+    ) -> builtins.list[SessionRecord]:
         db = self._db
         with _transaction(db, "BEGIN"):
+            # substr, not LIKE: a prefix's own % and _ are characters, not patterns.
             rows = db.execute(
                 "SELECT session, errors, max_errors, repairs, requests, created_at, updated_at"
-                f" FROM sessions WHERE updated_at > ? ORDER BY {order_sql} LIMIT ?",
-                (now - self._ttl, max(limit, 0)),
+                " FROM sessions WHERE updated_at > ? AND substr(session, 1, ?) = ?"
+                f" ORDER BY {order_sql} LIMIT ?",
+                (now - self._ttl, len(prefix), prefix, max(limit, 0)),
             ).fetchall()
             return [self._from_row(row) for row in rows]
 

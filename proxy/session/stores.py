@@ -147,10 +147,11 @@ class SessionStore(Protocol):
         ...
 
     async def list(
-        self, *, order: Order = "recent", limit: int = 50
+        self, *, order: Order = "recent", limit: int = 50, prefix: str = ""
     ) -> builtins.list[SessionRecord]:
-        """Up to `limit` live sessions, most recently updated first (`recent`) or with the most
-        errors first (`failing`, ties broken by recency).
+        """Up to `limit` live sessions whose ids start with `prefix` (one client key's, see
+        `budget.scoped`), most recently updated first (`recent`) or with the most errors first
+        (`failing`, ties broken by recency).
         """
         ...
 
@@ -276,10 +277,14 @@ class MemoryStore:
         self._responses.clear()
 
     async def list(
-        self, *, order: Order = "recent", limit: int = 50
+        self, *, order: Order = "recent", limit: int = 50, prefix: str = ""
     ) -> builtins.list[SessionRecord]:
         now = self._clock()
-        live = (r for r in self._records.values() if not self._expired(r.updated_at, now))
+        live = (
+            r
+            for r in self._records.values()
+            if r.session.startswith(prefix) and not self._expired(r.updated_at, now)
+        )
         return [copy_record(r) for r in heapq.nlargest(limit, live, key=sort_key(order))]
 
     def _expired(self, touched_at: float, now: float) -> bool:

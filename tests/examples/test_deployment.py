@@ -348,3 +348,23 @@ def test_grafana_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
 
     out = run_promtool("check", "rules", str(path), cwd=tmp_path)
     assert f"SUCCESS: {len(rules)} rules found" in out
+
+
+def test_compose_starts_the_published_proxy_with_an_admin_key_prometheus_scrapes_with() -> None:
+    services = compose()["services"]
+    proxy = services["toolsentry"]
+    settings = load_settings(config_file=EXAMPLES / "toolsentry" / "config.yaml")
+    published = [p for p in proxy["ports"] if str(p).count(":") == 1]  # on every interface
+    # Published beyond loopback, so the proxy refuses to start without an admin key (issue 32):
+    # compose requires one from the environment and hands the same to Prometheus as a secret.
+    assert published
+    assert settings.host == "0.0.0.0"
+    assert proxy["environment"]["TOOLSENTRY_ADMIN_KEY"].startswith("${TOOLSENTRY_ADMIN_KEY:?")
+    assert compose()["secrets"]["toolsentry_admin_key"] == {"environment": "TOOLSENTRY_ADMIN_KEY"}
+    assert "toolsentry_admin_key" in services["prometheus"]["secrets"]
+    job = next(
+        j
+        for j in load_yaml("prometheus/prometheus.yml")["scrape_configs"]
+        if j["job_name"] == "toolsentry"
+    )
+    assert job["authorization"]["credentials_file"] == "/run/secrets/toolsentry_admin_key"

@@ -155,10 +155,14 @@ def test_client_keys_are_required_when_configured(
     )
     with proxy.http() as http:
         assert_openai_error(
-            http.get("/v1/sessions", headers={"authorization": "Bearer k1"}),
+            http.get("/v1/sessions", headers={"authorization": "Bearer wrong"}),
             401,
             "authentication_error",
         )
+        # A client key lists its own sessions only (issue 32): k2's is not k1's.
+        own = http.get("/v1/sessions", headers={"authorization": "Bearer k1"})
+        assert own.status_code == 200
+        assert own.json()["data"] == []
         assert http.get("/v1/sessions", headers={"authorization": "Bearer root"}).status_code == 200
 
 

@@ -60,6 +60,14 @@ def _bound(setting: SettingInfo, kind: type) -> float | None:
     )
 
 
+VALID_LISTS = {
+    "public_endpoints": ["/healthz", "/metrics"],
+    "passthrough.allow": ["/v1/extra", "POST /v1/load_lora_adapter"],
+    "passthrough.deny": ["/v1/embeddings", "GET /version"],
+}
+"""Settings whose entries are validated: two entries each that their validator accepts."""
+
+
 def sample(setting: SettingInfo) -> tuple[list[str], Any]:
     """Arguments that set `setting` to a value other than its default, and that value as the
     resolved settings print it."""
@@ -69,7 +77,7 @@ def sample(setting: SettingInfo) -> tuple[list[str], Any]:
         return [f"--no-{setting.flag[2:]}" if default else setting.flag], not default
     if setting.kind == "repeat":
         masked = setting.metavar == "SECRET"
-        values = ["sample-a", "sample-b"]
+        values = VALID_LISTS.get(setting.key, ["sample-a", "sample-b"])
         return [setting.flag, values[0], setting.flag, values[1]], (
             ["**********"] * 2 if masked else values
         )
@@ -153,7 +161,7 @@ def test_plain_values_in_the_environment_give_keys_and_an_upstream() -> None:
     )
     assert result.returncode == 0, result.stderr
     resolved = json.loads(result.stdout)
-    assert resolved["api_keys"] == ["**********"]
+    assert resolved["api_keys"] == [{"name": "key-1", "key": "**********"}]
     assert [(u["name"], u["base_url"]) for u in resolved["upstreams"]] == [
         ("127.0.0.1:9", UPSTREAM)
     ]

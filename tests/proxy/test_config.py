@@ -82,7 +82,7 @@ def test_api_keys_come_from_the_environment_as_one_value_a_list_or_json(
     monkeypatch: pytest.MonkeyPatch, keys: str, expected: list[str]
 ) -> None:
     monkeypatch.setenv("TOOLSENTRY_API_KEYS", keys)
-    assert [k.get_secret_value() for k in load_settings().api_keys] == expected
+    assert [k.key.get_secret_value() for k in load_settings().api_keys] == expected
 
 
 def test_an_upstream_comes_from_the_environment_as_a_plain_url(

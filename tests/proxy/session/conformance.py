@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from proxy.session.budget import scoped
 from proxy.session.stores import SessionRecord, SessionStore
 
 StoreFactory = Callable[..., SessionStore]
@@ -331,3 +332,36 @@ class StoreConformance:
     async def test_a_negative_count_is_refused(self, store: SessionStore) -> None:
         with pytest.raises(ValueError, match="only grow"):
             await store.add_counts("k", {"n": -1})
+
+    # Sessions scoped to client keys (budget.scoped): one store, shared by replicas, keeps each
+    # key's sessions apart by their stored ids, and lists one key's alone.
+
+    async def test_the_same_id_from_two_keys_is_two_sessions(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        a, b = scoped("key-A", "victim"), scoped("key-B", "victim")
+        await record(store, b, clock, errors=12, channels={"tool_error": 12})
+        assert await store.claim_call_ids(b, ["c1"], now=clock()) == ["c1"]
+        assert await store.get(a) is None
+        assert await store.claim_call_ids(a, ["c1"], now=clock()) == ["c1"]
+        assert (await record(store, a, clock, requests=1)).errors == 0
+        assert await store.delete(a) is True
+        got = await store.get(b)
+        assert got is not None
+        assert got.errors == 12
+
+    @pytest.mark.parametrize("order", ["recent", "failing"])
+    async def test_a_prefix_lists_one_keys_sessions_only(
+        self, store: SessionStore, clock: FakeClock, order: str
+    ) -> None:
+        # key-1 is a prefix of key-10's name; % and _ are LIKE's wildcards, / is τ²-bench's.
+        mine = [scoped("key-1", s) for s in ("a/1", "50%_off", "x:y")]
+        theirs = [scoped("key-10", "a/1"), scoped("key-2", "50%_off"), "key-1", "unscoped"]
+        for i, session in enumerate(mine + theirs):
+            await record(store, session, clock, errors=i, requests=1)
+            clock.advance(1)
+        listed = await store.list(order=order, prefix=scoped("key-1", ""))  # type: ignore[arg-type]
+        assert sorted(r.session for r in listed) == sorted(mine)
+        two = await store.list(order=order, limit=2, prefix=scoped("key-1", ""))  # type: ignore[arg-type]
+        assert [r.session for r in two] == [mine[2], mine[1]]
+        assert len(await store.list(order=order, limit=100)) == len(mine + theirs)  # type: ignore[arg-type]

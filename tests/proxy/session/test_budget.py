@@ -16,7 +16,11 @@ from proxy.session.budget import (
     content_text,
     fingerprint,
     fingerprint_of,
+    message_hints,
+    owned,
+    resolve_session,
     resolve_session_id,
+    scoped,
     tool_errors_in,
 )
 
@@ -280,3 +284,50 @@ def test_a_custom_rule_decides_what_an_error_is() -> None:
 
 def test_no_tool_messages_means_no_tool_errors() -> None:
     assert tool_errors_in(make_body(turns=3)["messages"]) == []
+
+
+# Sessions scoped to the client key that sent them (issue 32).
+
+KEY_NAME = st.from_regex(r"[A-Za-z0-9._-]{1,64}", fullmatch=True)
+SESSION_ID = st.text(
+    st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=200
+)
+
+
+@pytest.mark.parametrize(
+    ("headers", "body"),
+    [
+        ({"x-session-id": "victim"}, make_body()),
+        ({}, make_body(metadata={"session_id": "victim"})),
+        ({}, make_body(user="alice")),
+        ({}, make_body()),  # the fingerprint
+    ],
+)
+def test_every_source_of_a_session_is_scoped_to_the_key(
+    headers: dict[str, str], body: dict[str, Any]
+) -> None:
+    hints = message_hints(body)
+    plain = resolve_session(headers, hints)
+    a = resolve_session(headers, hints, owner="key-A")
+    b = resolve_session(headers, hints, owner="key-B")
+    assert (a, b) == (scoped("key-A", plain), scoped("key-B", plain))
+    assert (owned("key-A", a), owned("key-A", b)) == (plain, None)
+
+
+def test_a_response_chained_from_another_keys_session_does_not_continue_it() -> None:
+    hints = message_hints(make_body())._replace(previous_response_id="resp_1")
+    theirs = scoped("key-B", "victim")
+    assert resolve_session({}, hints, owner="key-B", chained=theirs) == theirs
+    mine = resolve_session({}, hints, owner="key-A", chained=theirs)
+    assert mine == scoped("key-A", fingerprint(make_body()))
+
+
+@given(KEY_NAME, SESSION_ID, KEY_NAME, SESSION_ID)
+def test_two_keys_never_share_a_stored_session(
+    key_a: str, session_a: str, key_b: str, session_b: str
+) -> None:
+    if (key_a, session_a) != (key_b, session_b):
+        assert scoped(key_a, session_a) != scoped(key_b, session_b)
+    assert owned(key_a, scoped(key_a, session_a)) == session_a
+    if key_a != key_b:
+        assert owned(key_b, scoped(key_a, session_a)) is None
