@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evalkit.domains.base import Domain
-from evalkit.errors import DataError, JudgeError
+from evalkit.env import Environment
+from evalkit.errors import DataError, JudgeError, WrongDataError
 from evalkit.formats import Results, SimulationRun
 from evalkit.records import RecordIssue, check_records, summary_lines
 from evalkit.scoring import NLAssertionCheck, NLJudge, RewardInfo, evaluate
@@ -301,6 +302,52 @@ def rescore_simulation(
         recomputed_reward=recomputed_reward,
         judge_error=judge_error,
     )
+
+
+def check_data(results: Results, domain: Domain, *, source: str) -> None:
+    """Refuse `results` when it was run on other data than `domain`'s (loaded from `source`,
+    a directory or "shipped"): a verdict from the wrong data would be a coincidence.
+
+    The file was run on other data when it holds a task (embedded in the file) whose id is not
+    among the domain's tasks, or when a simulated task cannot be put in its initial state on the
+    domain's databases (a set-up function names an id they do not have). A task id in neither the
+    file nor the domain is a record finding (`unknown_task`), not a refusal.
+
+    Raises:
+        WrongDataError: naming the first such task and `--data-dir`.
+    """
+    known = {t.id for t in domain.tasks}
+    embedded = {t.id: t for t in results.tasks}
+    simulated = list(dict.fromkeys(s.task_id for s in results.simulations))
+    absent = [i for i in simulated if i in embedded and i not in known]
+    fix = (
+        f"pass --data-dir with the {domain.name} domain directory the file was run on "
+        f"(τ²-bench's data/tau2/domains/{domain.name})"
+    )
+    if absent:
+        raise WrongDataError(
+            f"{len(absent)} of the file's {len(simulated)} tasks are not in the {domain.name} "
+            f"data loaded from {source} (task {absent[0]!r}): the file was run on other data; "
+            + fix
+        )
+    for task_id in simulated:
+        task = embedded.get(task_id) or _domain_task(domain, task_id)
+        if task is None:
+            continue
+        try:
+            Environment(domain, task)
+        except Exception as exc:  # a set-up function failing on these databases
+            raise WrongDataError(
+                f"task {task_id!r} cannot be set up on the {domain.name} data loaded from "
+                f"{source} ({exc}): the file was run on other data; " + fix
+            ) from None
+
+
+def _domain_task(domain: Domain, task_id: str) -> Task | None:
+    try:
+        return domain.get_task(task_id)
+    except DataError:
+        return None
 
 
 def rescore(

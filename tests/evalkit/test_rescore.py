@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from evalkit.domains.base import Domain
+from evalkit.exits import WRONG_DATA
 from evalkit.formats import read_results
 from evalkit.rescore import rescore
 from evalkit.scoring import DBCheck
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("shortcut", [True, False])
@@ -84,3 +90,54 @@ def test_a_tampered_env_assertion_is_reported_as_a_disagreement(
     entry = rescore(results, tau2_telecom).to_dict()["disagree"][0]
     assert entry["env"] == {"recorded": 0.0, "recomputed": 1.0}
     assert entry["reward"] == {"recorded": 0.0, "recomputed": 1.0}
+
+
+def _evalkit(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real `evalkit` command line, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "evalkit.cli", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def _tau2_files(tau2_dir: Path) -> list[tuple[Path, str]]:
+    """Every τ²-bench results file shipped with the reference data, with its domain's name."""
+    found = []
+    for path in sorted((tau2_dir / "results").glob("*.json")):
+        info = json.loads(path.read_text(encoding="utf-8")).get("info", {})
+        found.append((path, info["environment_info"]["domain_name"]))
+    assert found, f"no τ²-bench results file in {tau2_dir / 'results'}"
+    return found
+
+
+def test_every_tau2_file_without_its_data_is_refused_with_the_fix(tau2_dir: Path) -> None:
+    # The shipped databases are synthetic: a verdict on τ²-bench's files from them would be
+    # coincidence (retail) or a crash (telecom), so rescore refuses them in one line.
+    for path, _ in _tau2_files(tau2_dir):
+        proc = _evalkit("rescore", str(path))
+        assert proc.returncode == WRONG_DATA, (path, proc.stdout, proc.stderr)
+        assert proc.stdout == ""
+        assert proc.stderr.count("\n") == 1, proc.stderr
+        assert "--data-dir" in proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_every_tau2_file_with_its_data_agrees_with_its_recorded_rewards(tau2_dir: Path) -> None:
+    for path, domain in _tau2_files(tau2_dir):
+        recorded = json.loads(path.read_text(encoding="utf-8"))["simulations"]
+        proc = _evalkit("rescore", str(path), "--data-dir", str(tau2_dir / "domains" / domain))
+        assert proc.returncode == 0, (path, proc.stdout[-2000:], proc.stderr)
+        assert f"{len(recorded)} of {len(recorded)} simulations agree." in proc.stdout
+        assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_analyze_reads_every_tau2_file_with_and_without_its_data(tau2_dir: Path) -> None:
+    for path, _ in _tau2_files(tau2_dir):
+        for extra in ([], ["--data-dir", str(tau2_dir)]):
+            proc = _evalkit("analyze", str(path), *extra)
+            assert proc.returncode == 0, (path, extra, proc.stderr)
+            assert "Traceback" not in proc.stdout + proc.stderr
