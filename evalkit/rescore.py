@@ -29,7 +29,8 @@ from typing import Any
 from evalkit.domains.base import Domain
 from evalkit.env import Environment
 from evalkit.errors import DataError, JudgeError, WrongDataError
-from evalkit.formats import Results, SimulationRun
+from evalkit.formats import Results, SimulationRun, solo_mode
+from evalkit.messages import AssistantMessage
 from evalkit.records import RecordIssue, check_records, summary_lines
 from evalkit.scoring import NLAssertionCheck, NLJudge, RewardInfo, evaluate
 from evalkit.tasks import RewardType, Task
@@ -350,6 +351,29 @@ def _domain_task(domain: Domain, task_id: str) -> Task | None:
         return None
 
 
+def solo_as_user_calls(results: Results, domain: Domain) -> Results:
+    """`results` of a solo-mode run with every agent call of a user tool replayed on the user's
+    side, as τ²-bench's solo environment runs it (tool names of the two sides never overlap)."""
+    _, user_toolkit = domain.toolkit_classes()
+    if user_toolkit is None:
+        return results
+    simulations = []
+    for simulation in results.simulations:
+        messages = []
+        for message in simulation.messages:
+            if isinstance(message, AssistantMessage) and message.tool_calls:
+                calls = [
+                    c.model_copy(update={"requestor": "user"})
+                    if user_toolkit.has_tool(c.name)
+                    else c
+                    for c in message.tool_calls
+                ]
+                message = message.model_copy(update={"tool_calls": calls})
+            messages.append(message)
+        simulations.append(simulation.model_copy(update={"messages": messages}))
+    return results.model_copy(update={"simulations": simulations})
+
+
 def rescore(
     results: Results, domain: Domain, *, shortcut: bool = True, verdicts: Verdicts | None = None
 ) -> RescoreReport:
@@ -359,7 +383,10 @@ def rescore(
 
     Tasks come from the file itself (the versions the run used), else from `domain`; a
     simulation whose task is in neither is reported (`unknown_task`) with nothing recomputed.
+    A solo-mode file (`formats.solo_mode`) is replayed as τ²-bench's solo environment runs it.
     """
+    if solo_mode(results):
+        results = solo_as_user_calls(results, domain)
     tasks = {t.id: t for t in results.tasks}
     findings: dict[str, list[RecordIssue]] = {}
     for found in check_records(results, domain.tasks):

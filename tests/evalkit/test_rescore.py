@@ -141,3 +141,60 @@ def test_analyze_reads_every_tau2_file_with_and_without_its_data(tau2_dir: Path)
             proc = _evalkit("analyze", str(path), *extra)
             assert proc.returncode == 0, (path, extra, proc.stderr)
             assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def solo_mode_file(recorded: Path, out: Path) -> int:
+    """τ²-bench's recorded telecom run as its solo orchestrator writes one: the agent is
+    `llm_agent_solo`, the user `dummy_user`, and every call of the user's tools is the agent's
+    (role `assistant`, requestor `assistant`, as its solo environment takes them); the user's
+    words are gone. The tool calls run in the same order on the same state, so τ²-bench's
+    recorded rewards stay the rewards of the solo file. Returns how many calls moved."""
+    data = json.loads(recorded.read_text(encoding="utf-8"))
+    data["info"]["agent_info"]["implementation"] = "llm_agent_solo"
+    data["info"]["user_info"] = {"implementation": "dummy_user", "llm": None, "llm_args": None}
+    moved = 0
+    for simulation in data["simulations"]:
+        messages = []
+        for message in simulation["messages"]:
+            if message["role"] == "user":
+                if not message.get("tool_calls"):
+                    continue
+                message = {**message, "role": "assistant"}
+                for call in message["tool_calls"]:
+                    call["requestor"] = "assistant"
+                    moved += 1
+            elif message["role"] == "tool":
+                message = {**message, "requestor": "assistant"}
+            messages.append(message)
+        simulation["messages"] = messages
+    out.write_text(json.dumps(data), encoding="utf-8")
+    return moved
+
+
+def test_a_solo_mode_file_agrees_with_its_recorded_rewards(
+    tau2_dir: Path, tau2_telecom_results_file: Path, tmp_path: Path
+) -> None:
+    # The solo agent's calls of the user's tools run on the user's device, as in τ²-bench.
+    solo = tmp_path / "solo.json"
+    assert solo_mode_file(tau2_telecom_results_file, solo) > 0
+    proc = _evalkit("rescore", str(solo), "--data-dir", str(tau2_dir / "domains" / "telecom"))
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr)
+    assert "40 of 40 simulations agree." in proc.stdout
+
+
+def test_analyze_counts_a_solo_agent_s_user_tools_as_its_own(
+    tau2_dir: Path, tau2_telecom_results_file: Path, tmp_path: Path
+) -> None:
+    # The user's tools declared to the solo agent are not unknown tools: nothing the agent
+    # experienced failed, so the proxy's budget curve is τ²-bench's at every k > 0.
+    solo = tmp_path / "solo.json"
+    solo_mode_file(tau2_telecom_results_file, solo)
+    proc = _evalkit("analyze", str(solo), "--data-dir", str(tau2_dir), "--json")
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads(proc.stdout)
+    assert run["experienced"] == {}
+    curves = run["budget_curves"]
+    assert [p["pass_rate"] for p in curves["proxy"]] == [p["pass_rate"] for p in curves["tau2"]]
+    recorded = json.loads(tau2_telecom_results_file.read_text(encoding="utf-8"))["simulations"]
+    rewards = [s["reward_info"]["reward"] for s in recorded]
+    assert run["mean_reward"] == pytest.approx(sum(rewards) / len(rewards))
