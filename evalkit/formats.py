@@ -162,11 +162,14 @@ def parse_results(data: Any, *, source: str = "results") -> Results:
     """Validate a decoded results file.
 
     Raises:
-        ResultsFileError: when `data` is not a results file; the message names `source` and the
-            first offending location (e.g. `simulations.3.messages.2.role`).
+        ResultsFileError: when `data` is not a results file (a JSON object with a `simulations`
+            list); the message names `source` and the first offending location (e.g.
+            `simulations.3.messages.2.role`).
     """
     if not isinstance(data, dict):
         raise ResultsFileError(f"{source}: not a results file (expected a JSON object at the top)")
+    if "simulations" not in data:  # `{}` is no run of 0 episodes
+        raise ResultsFileError(f"{source}: not a results file: it has no simulations list")
     try:
         return Results.model_validate(data)
     except ValidationError as exc:
