@@ -384,6 +384,10 @@ def rescore(
     Tasks come from the file itself (the versions the run used), else from `domain`; a
     simulation whose task is in neither is reported (`unknown_task`) with nothing recomputed.
     A solo-mode file (`formats.solo_mode`) is replayed as τ²-bench's solo environment runs it.
+
+    Raises:
+        WrongDataError: when a task's set-up or assertion functions fail on `domain`'s data
+            (`check_data` refuses most such files before).
     """
     if solo_mode(results):
         results = solo_as_user_calls(results, domain)
@@ -410,12 +414,19 @@ def rescore(
                 recomputed=None,
             )
         else:
-            rescored = rescore_simulation(
-                domain,
-                task,
-                simulation,
-                shortcut=shortcut,
-                verdicts=(verdicts or {}).get(simulation.id),
-            )
+            try:
+                rescored = rescore_simulation(
+                    domain,
+                    task,
+                    simulation,
+                    shortcut=shortcut,
+                    verdicts=(verdicts or {}).get(simulation.id),
+                )
+            except (ValueError, LookupError, TypeError) as exc:  # a task function on this data
+                raise WrongDataError(
+                    f"task {task.id!r} cannot be scored on the {domain.name} data ({exc}): "
+                    "the file's tasks do not fit it; pass --data-dir with the data the file "
+                    "was run on"
+                ) from None
         report.simulations.append(replace(rescored, issues=issues))
     return report

@@ -198,3 +198,27 @@ def test_analyze_counts_a_solo_agent_s_user_tools_as_its_own(
     recorded = json.loads(tau2_telecom_results_file.read_text(encoding="utf-8"))["simulations"]
     rewards = [s["reward_info"]["reward"] for s in recorded]
     assert run["mean_reward"] == pytest.approx(sum(rewards) / len(rewards))
+
+
+def test_an_assertion_naming_an_id_the_data_lacks_is_refused_without_a_traceback(
+    tau2_dir: Path, tau2_telecom_results_file: Path, tmp_path: Path
+) -> None:
+    # The tasks are in the data and set up on it, but one assertion names a line it lacks:
+    # the reward cannot come from this data, so nothing is scored.
+    data = json.loads(tau2_telecom_results_file.read_text(encoding="utf-8"))
+    ended = {s["task_id"] for s in data["simulations"] if s["termination_reason"] == "user_stop"}
+    task = next(t for t in data["tasks"] if t["id"] in ended)
+    task["evaluation_criteria"]["env_assertions"].append(
+        {
+            "env_type": "assistant",
+            "func_name": "assert_line_status",
+            "arguments": {"customer_id": "C9999", "line_id": "L9999", "expected_status": "Active"},
+            "assert_value": True,
+        }
+    )
+    tampered = tmp_path / "tampered.json"
+    tampered.write_text(json.dumps(data), encoding="utf-8")
+    proc = _evalkit("rescore", str(tampered), "--data-dir", str(tau2_dir / "domains" / "telecom"))
+    assert proc.returncode == WRONG_DATA, (proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "--data-dir" in proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
