@@ -58,7 +58,7 @@ try:
         check_reachable,
     )
     from evalkit.report import write_report
-    from evalkit.rescore import RescoreReport, judge_simulations, rescore
+    from evalkit.rescore import RescoreReport, check_data, judge_simulations, rescore
     from evalkit.scoring import NLAssertionCheck
     from evalkit.wire import ApiName
 except ModuleNotFoundError as exc:
@@ -110,7 +110,9 @@ RESCORE_EPILOG = (
     "another task's actions, an action id or task id of no task in the data), or "
     "disagreements all explained by them or by another version of a task; 2 the file or the "
     "options cannot be used (corrupt or truncated JSON, named with its position; an unknown "
-    "domain)."
+    "domain); 6 the file was run on other data than the loaded domain's (a task of the file "
+    "is not in it, or cannot be set up on its databases): nothing is scored, pass --data-dir "
+    "with the data the file was run on."
 )
 
 
@@ -146,6 +148,7 @@ def rescore_command(
                 f"{results}: the file does not name its domain; pass --domain (e.g. --domain retail)"
             )
         data = get_domain(name, data_dir)
+        check_data(loaded, data, source=str(data_dir) if data_dir else "evalkit's shipped data")
         verdicts = None
         if judge_base_url and judge_model:
             verdicts = asyncio.run(_judge(loaded, data, judge_base_url, judge_model))

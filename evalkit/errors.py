@@ -4,6 +4,8 @@
     ├── UsageError                    exit 2   a bad argument or option
     │   └── UnknownDomainError        exit 2   names the valid domains
     ├── DataError                     exit 3   a domain directory or task file that cannot be used
+    │   └── WrongDataError            exit 6   a results file run on other data than the loaded
+    │                                          domain's (its tasks or database ids are not there)
     ├── ResultsFileError              exit 4   a results file that is missing, truncated or corrupt
     └── EpisodeError                  exit 5   an episode could not be run at all
         ├── AgentError                         the agent broke the protocol (empty message, …)
@@ -42,6 +44,13 @@ class UnknownDomainError(UsageError):
 
 class DataError(EvalkitError):
     exit_code = 3
+
+
+class WrongDataError(DataError):
+    """A results file whose tasks or database ids are not in the loaded domain data: any verdict
+    would come from the wrong data, so commands refuse it (`evalkit.exits.WRONG_DATA`)."""
+
+    exit_code = 6
 
 
 class ResultsFileError(EvalkitError):

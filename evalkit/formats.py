@@ -71,6 +71,22 @@ class Results(_Model):
     simulations: list[SimulationRun] = Field(default_factory=list)
 
 
+SOLO_AGENTS = frozenset({"llm_agent_solo"})
+"""τ²-bench's agents registered with `solo_mode` (its `registry.py`): the environment gives them
+the user's tools as well as the agent's, and the user is its `dummy_user`."""
+
+
+def solo_mode(results: Results) -> bool:
+    """Whether τ²-bench ran `results` in solo mode: its agent is a solo agent, or its user is the
+    `dummy_user` that only a solo agent may run with. The agent's calls of the user's tools are
+    then the agent's own, run on the user's side (τ²-bench's `Environment.make_tool_call`)."""
+    agent = results.info.get("agent_info")
+    user = results.info.get("user_info")
+    return (isinstance(agent, dict) and agent.get("implementation") in SOLO_AGENTS) or (
+        isinstance(user, dict) and user.get("implementation") == "dummy_user"
+    )
+
+
 def make_info(
     *,
     domain: str,
@@ -146,11 +162,14 @@ def parse_results(data: Any, *, source: str = "results") -> Results:
     """Validate a decoded results file.
 
     Raises:
-        ResultsFileError: when `data` is not a results file; the message names `source` and the
-            first offending location (e.g. `simulations.3.messages.2.role`).
+        ResultsFileError: when `data` is not a results file (a JSON object with a `simulations`
+            list); the message names `source` and the first offending location (e.g.
+            `simulations.3.messages.2.role`).
     """
     if not isinstance(data, dict):
         raise ResultsFileError(f"{source}: not a results file (expected a JSON object at the top)")
+    if "simulations" not in data:  # `{}` is no run of 0 episodes
+        raise ResultsFileError(f"{source}: not a results file: it has no simulations list")
     try:
         return Results.model_validate(data)
     except ValidationError as exc:

@@ -27,8 +27,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evalkit.domains.base import Domain
-from evalkit.errors import DataError, JudgeError
-from evalkit.formats import Results, SimulationRun
+from evalkit.env import Environment
+from evalkit.errors import DataError, JudgeError, WrongDataError
+from evalkit.formats import Results, SimulationRun, solo_mode
+from evalkit.messages import AssistantMessage
 from evalkit.records import RecordIssue, check_records, summary_lines
 from evalkit.scoring import NLAssertionCheck, NLJudge, RewardInfo, evaluate
 from evalkit.tasks import RewardType, Task
@@ -303,6 +305,75 @@ def rescore_simulation(
     )
 
 
+def check_data(results: Results, domain: Domain, *, source: str) -> None:
+    """Refuse `results` when it was run on other data than `domain`'s (loaded from `source`,
+    a directory or "shipped"): a verdict from the wrong data would be a coincidence.
+
+    The file was run on other data when it holds a task (embedded in the file) whose id is not
+    among the domain's tasks, or when a simulated task cannot be put in its initial state on the
+    domain's databases (a set-up function names an id they do not have). A task id in neither the
+    file nor the domain is a record finding (`unknown_task`), not a refusal.
+
+    Raises:
+        WrongDataError: naming the first such task and `--data-dir`.
+    """
+    known = {t.id for t in domain.tasks}
+    embedded = {t.id: t for t in results.tasks}
+    simulated = list(dict.fromkeys(s.task_id for s in results.simulations))
+    absent = [i for i in simulated if i in embedded and i not in known]
+    fix = (
+        f"pass --data-dir with the {domain.name} domain directory the file was run on "
+        f"(τ²-bench's data/tau2/domains/{domain.name})"
+    )
+    if absent:
+        raise WrongDataError(
+            f"{len(absent)} of the file's {len(simulated)} tasks are not in the {domain.name} "
+            f"data loaded from {source} (task {absent[0]!r}): the file was run on other data; "
+            + fix
+        )
+    for task_id in simulated:
+        task = embedded.get(task_id) or _domain_task(domain, task_id)
+        if task is None:
+            continue
+        try:
+            Environment(domain, task)
+        except Exception as exc:  # a set-up function failing on these databases
+            raise WrongDataError(
+                f"task {task_id!r} cannot be set up on the {domain.name} data loaded from "
+                f"{source} ({exc}): the file was run on other data; " + fix
+            ) from None
+
+
+def _domain_task(domain: Domain, task_id: str) -> Task | None:
+    try:
+        return domain.get_task(task_id)
+    except DataError:
+        return None
+
+
+def solo_as_user_calls(results: Results, domain: Domain) -> Results:
+    """`results` of a solo-mode run with every agent call of a user tool replayed on the user's
+    side, as τ²-bench's solo environment runs it (tool names of the two sides never overlap)."""
+    _, user_toolkit = domain.toolkit_classes()
+    if user_toolkit is None:
+        return results
+    simulations = []
+    for simulation in results.simulations:
+        messages = []
+        for message in simulation.messages:
+            if isinstance(message, AssistantMessage) and message.tool_calls:
+                calls = [
+                    c.model_copy(update={"requestor": "user"})
+                    if user_toolkit.has_tool(c.name)
+                    else c
+                    for c in message.tool_calls
+                ]
+                message = message.model_copy(update={"tool_calls": calls})
+            messages.append(message)
+        simulations.append(simulation.model_copy(update={"messages": messages}))
+    return results.model_copy(update={"simulations": simulations})
+
+
 def rescore(
     results: Results, domain: Domain, *, shortcut: bool = True, verdicts: Verdicts | None = None
 ) -> RescoreReport:
@@ -312,7 +383,14 @@ def rescore(
 
     Tasks come from the file itself (the versions the run used), else from `domain`; a
     simulation whose task is in neither is reported (`unknown_task`) with nothing recomputed.
+    A solo-mode file (`formats.solo_mode`) is replayed as τ²-bench's solo environment runs it.
+
+    Raises:
+        WrongDataError: when a task's set-up or assertion functions fail on `domain`'s data
+            (`check_data` refuses most such files before).
     """
+    if solo_mode(results):
+        results = solo_as_user_calls(results, domain)
     tasks = {t.id: t for t in results.tasks}
     findings: dict[str, list[RecordIssue]] = {}
     for found in check_records(results, domain.tasks):
@@ -336,12 +414,19 @@ def rescore(
                 recomputed=None,
             )
         else:
-            rescored = rescore_simulation(
-                domain,
-                task,
-                simulation,
-                shortcut=shortcut,
-                verdicts=(verdicts or {}).get(simulation.id),
-            )
+            try:
+                rescored = rescore_simulation(
+                    domain,
+                    task,
+                    simulation,
+                    shortcut=shortcut,
+                    verdicts=(verdicts or {}).get(simulation.id),
+                )
+            except (ValueError, LookupError, TypeError) as exc:  # a task function on this data
+                raise WrongDataError(
+                    f"task {task.id!r} cannot be scored on the {domain.name} data ({exc}): "
+                    "the file's tasks do not fit it; pass --data-dir with the data the file "
+                    "was run on"
+                ) from None
         report.simulations.append(replace(rescored, issues=issues))
     return report

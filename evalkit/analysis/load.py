@@ -20,7 +20,7 @@ from evalkit.analysis.stats import DEFAULT_RESAMPLES
 from evalkit.domains import get_domain
 from evalkit.domains.base import Domain
 from evalkit.errors import UnknownDomainError, UsageError
-from evalkit.formats import Results, read_results
+from evalkit.formats import Results, read_results, solo_mode
 from evalkit.records import RecordIssue, check_records, summary_lines
 from evalkit.tasks import Task
 from proxy.errors import ToolsentryError
@@ -73,16 +73,17 @@ class DomainData:
         return self._loaded[name]
 
     def tools(self, domain: str, results: Results) -> DeclaredTools | None:
-        """The domain's agent tools (a `ToolSource`)."""
+        """The domain's agent tools (a `ToolSource`); in solo mode the user's tools too."""
         loaded = self.domain(domain)
         if loaded is None:
             return None
-        agent_toolkit, _ = loaded.toolkit_classes()
+        agent_toolkit, user_toolkit = loaded.toolkit_classes()
         directory = _domain_dir(domain, self.data_dir)
         where = "shipped" if directory is None else str(directory)
-        return DeclaredTools(
-            compile_tools(agent_toolkit.openai_tools()), f"{domain} tools ({where})"
-        )
+        tools = agent_toolkit.openai_tools()
+        if solo_mode(results) and user_toolkit is not None:  # τ²-bench gives it the user's too
+            tools += user_toolkit.openai_tools()
+        return DeclaredTools(compile_tools(tools), f"{domain} tools ({where})")
 
     def tasks(self, domain: str) -> Sequence[Task]:
         """The domain's tasks (none for an unregistered domain)."""

@@ -37,7 +37,7 @@ from tenacity import (
 
 from evalkit.agent import SEED_HEADER, SESSION_HEADER, TASK_HEADER
 from evalkit.agent import parse_tool_call as episode_tool_call
-from evalkit.errors import EndpointError, UsageError
+from evalkit.errors import EndpointError, UsageError, WrongDataError
 from evalkit.messages import AssistantMessage, dump_message, now_iso
 from evalkit.probe.contexts import Context, RecordedCall
 from proxy.guard.toolcheck import compile_tools, validate
@@ -346,6 +346,8 @@ async def ask_all(
     Raises:
         EndpointError: when an endpoint still fails after the retries, or refuses the model or the
             key; the questions in flight are cancelled, every finished answer has been delivered.
+        WrongDataError: when an endpoint does not know a context's task (the simulator started
+            on other data than the file's), the same way.
     """
     clients: dict[str, AsyncOpenAI] = {}
     semaphore = asyncio.Semaphore(settings.concurrency)
@@ -366,7 +368,7 @@ async def ask_all(
         async with asyncio.TaskGroup() as group:
             for question in questions:
                 group.create_task(one(question))
-    except* EndpointError as failures:
+    except* (EndpointError, WrongDataError) as failures:
         raise failures.exceptions[0] from None
     finally:
         for client in clients.values():
@@ -407,6 +409,12 @@ async def ask(client: AsyncOpenAI, question: Question, settings: AskSettings) ->
             f"{where} failed after {settings.retries + 1} attempts: {_describe(exc)}"
         ) from exc
     except openai.APIStatusError as exc:
+        if exc.status_code == 404 and _param(exc) == TASK_HEADER.lower():
+            raise WrongDataError(
+                f"{where} does not know task {context.task_id!r} of the results file "
+                f"({_describe(exc)}): it serves other data than the file was run on; start it "
+                "on that data (evalkit sim serve --data-dir DIR, τ²-bench's data directory)"
+            ) from exc
         if exc.status_code in _CONFIG_STATUSES:
             raise EndpointError(
                 f"{where} answered HTTP {exc.status_code}: {_describe(exc)}",
@@ -428,6 +436,14 @@ async def ask(client: AsyncOpenAI, question: Question, settings: AskSettings) ->
         k.lower(): v for k, v in raw.headers.items() if k.lower().startswith(HEADER_PREFIX)
     }
     return classify(context, key, choices[0], proxy_headers, elapsed)
+
+
+def _param(exc: openai.APIStatusError) -> str | None:
+    """The `error.param` of an error body (the simulator names the task header there)."""
+    body = exc.body
+    inner = body.get("error", body) if isinstance(body, dict) else None
+    param = inner.get("param") if isinstance(inner, dict) else None
+    return param.lower() if isinstance(param, str) else None
 
 
 def _describe(exc: openai.OpenAIError) -> str:

@@ -159,6 +159,12 @@ def probe_command(
 
     Writes DIR/probe.json (every answer and figure), probe.md, probe.html and a plot. Answers are
     journaled as they land: Ctrl-C or a dead endpoint keeps them, --resume DIR asks the rest.
+
+    One question per task of the files goes first: an endpoint that does not know a task (evalkit
+    sim serve started on other data than the files were run on) stops the probe in seconds with
+    exit status 6 and the fix (--data-dir). Other exit statuses: 2 bad options, 3 domain data
+    that cannot be loaded, 4 a file that is not a results file, 5 an endpoint that fails for
+    good, 130 interrupted.
     """
 
     console = Console(quiet=quiet)

@@ -186,6 +186,8 @@ class ProbeRun:
 
         Raises:
             EndpointError: when a target (or the proxy) is not reachable, or fails for good.
+            WrongDataError: when a target does not know a task of the file (asked first, one
+                question per task, so that it fails in seconds).
         """
 
         def mine() -> list[Question]:
@@ -204,6 +206,14 @@ class ProbeRun:
             if on_answer is not None:
                 on_answer(answer)
 
+        # One question per task and target first: an endpoint that cannot answer the file's
+        # tasks (a simulator on other data) fails in seconds, not after hundreds of answers.
+        first: dict[tuple[str, str, str], Question] = {}
+        for question in mine():
+            first.setdefault(
+                (question.key.target, question.key.route, question.context.task_id), question
+            )
+        await ask_all(list(first.values()), self.options.ask, land)
         # With proxy_failing_only, the proxy's questions appear as direct answers fail.
         while questions := mine():
             await ask_all(questions, self.options.ask, land)

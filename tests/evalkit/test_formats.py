@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -119,6 +121,8 @@ def test_truncated_file_names_the_file_and_position(
         ("[1, 2]", "expected a JSON object"),
         ('{"simulations": [{"id": "x"}]}', "at simulations.0.task_id"),
         ('{"simulations": [], "tasks": [1]}', "at tasks.0"),
+        ("{}", "no simulations list"),
+        ('{"info": {"num_trials": 1}}', "no simulations list"),
     ],
 )
 def test_files_that_are_not_results_say_where(tmp_path: Path, content: str, expected: str) -> None:
@@ -148,3 +152,20 @@ def test_failed_write_keeps_the_old_file(tmp_path: Path) -> None:
         write_results(path, {"info": {"n": object()}})
     assert json.loads(path.read_text()) == {"info": {"n": 1}}
     assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+@pytest.mark.parametrize("command", ["analyze", "rescore"])
+def test_a_file_without_simulations_is_refused_by_the_cli(tmp_path: Path, command: str) -> None:
+    path = tmp_path / "empty.json"
+    path.write_text("{}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "evalkit.cli", command, str(path)],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == (4 if command == "analyze" else 2), proc.stderr
+    assert "no simulations list" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -384,3 +384,19 @@ def test_help_explains_the_probe() -> None:
     assert result.exit_code == 0
     for words in ("--target", "--via-proxy", "--resume", "--samples", "proxy.guard"):
         assert words in result.output
+
+
+def test_an_endpoint_without_the_file_s_tasks_is_refused_before_the_probe_runs(
+    tau2_results_file: Path, upstream: Upstream, tmp_path: Path
+) -> None:
+    # The simulator serves evalkit's shipped retail data, τ²-bench's file was run on its own:
+    # one question per task goes first, so the probe stops within them, naming the fix.
+    out = tmp_path / "probe"
+    tasks = {s["task_id"] for s in json.loads(tau2_results_file.read_text())["simulations"]}
+    result = probe(str(tau2_results_file), "--target", f"a={upstream.url},sim-bf16",
+                   "--out", str(out))  # fmt: skip
+    assert result.exit_code == 6, result.output
+    assert "does not know task" in result.output
+    assert "--data-dir" in result.output
+    assert "Traceback" not in result.output
+    assert upstream.gate.requests <= len(tasks)
