@@ -190,11 +190,15 @@ class CellComparison:
 
     @property
     def name(self) -> str:
-        """The cell's name: domain, and the models when they differ from the labels."""
+        """The cell's name: domain, the models, and the arms (labels) when the models alone do
+        not tell A from B (a replay's arms with and without repair run one model)."""
         models = (
             self.a.model if self.a.model == self.b.model else f"{self.a.model} vs {self.b.model}"
         )
-        return f"{self.domain} · {models}"
+        labels = dict.fromkeys((self.a.label, self.b.label))
+        same_model = self.a.model == self.b.model
+        arms = f" ({' vs '.join(labels)})" if same_model and list(labels) != [models] else ""
+        return f"{self.domain} · {models}{arms}"
 
     @property
     def equivalent(self) -> bool:
