@@ -329,7 +329,12 @@ def compare_table(comparisons: Sequence[CellComparison]) -> Table:
                 str(c.pairs),
                 pct(c.a_score),
                 pct(c.b_score),
-                f"{100 * c.difference:+.1f} [{100 * c.ci[0]:+.1f}, {100 * c.ci[1]:+.1f}]",
+                f"{100 * c.difference:+.1f} "
+                + (
+                    "(no interval)"
+                    if c.score_missing
+                    else f"[{100 * c.ci[0]:+.1f}, {100 * c.ci[1]:+.1f}]"
+                ),
                 p_value(c.p_holm),
                 NONE if c.tost is None else p_value(c.tost.p),
                 *signature_cells(c.wrong_names),
@@ -341,12 +346,17 @@ def compare_table(comparisons: Sequence[CellComparison]) -> Table:
 
 
 def signature_cells(stats: SignatureStatistics) -> list[str]:
-    """ρ and the novel share with their intervals, or in words why there are none."""
-    if not stats.enough:
-        return [stats.too_few(), NONE]
+    """ρ and the novel share with their intervals whenever they can be computed (with a warning
+    under `MIN_SIGNATURE_FAILURES` a side), or in words why there are none."""
+    if stats.correlation is None:
+        return [stats.too_few() if not stats.enough else str(stats.missing()), NONE]
     rho = num(stats.correlation)
     if stats.correlation_ci is not None:
         rho += f" [{num(stats.correlation_ci[0])}, {num(stats.correlation_ci[1])}]"
+    else:
+        rho += " (no interval)"
+    if not stats.enough:
+        rho += f" — warning: few failures (A {stats.a_failures}, B {stats.b_failures})"
     novel = pct(stats.novel)
     if stats.novel_ci is not None:
         novel += f" [{pct(stats.novel_ci[0])}, {pct(stats.novel_ci[1])}]"
