@@ -511,6 +511,8 @@ def _print_comparisons(comparisons: list[CellComparison]) -> None:
         console.print(budget_ci_table((c.a, c.b), c.budget, c).rich())
     for c in comparisons:
         console.print(f"[bold]{c.name}[/]: {c.verdict()}", highlight=False, soft_wrap=True)
+    if comparisons:
+        console.print(comparisons[0].bootstrap(), highlight=False)
 
 
 def _split(value: str | None) -> tuple[str, ...] | None:

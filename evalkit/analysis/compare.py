@@ -219,6 +219,19 @@ class CellComparison:
     score_missing: str | None = None
     """Why the score difference has no interval and no equivalence test (zero variance, too
     few tasks), in words; None when it has both."""
+    resamples: int = DEFAULT_RESAMPLES
+    seed: int = 0
+
+    def bootstrap(self) -> str:
+        """How the intervals were drawn, in one sentence."""
+        return (
+            f"Intervals: {BOOTSTRAP_METHOD} bootstrap over tasks, seed {self.seed}, "
+            f"{self.resamples} resamples ({self.wrong_names.resamples} for ρ and the novel "
+            "shares), each resample computing the estimate's own estimator; rate ratios: "
+            "Katz's log interval. None is drawn, and TOST is not run, where the paired "
+            "differences do not vary or fewer than two tasks pair; then the verdict says what "
+            "is missing."
+        )
 
     @property
     def tool_name_correlation(self) -> float | None:
@@ -326,7 +339,12 @@ class CellComparison:
             "ci_low": None if self.score_missing else self.ci[0],
             "ci_high": None if self.score_missing else self.ci[1],
             "score_missing": self.score_missing,
-            "bootstrap": {"method": BOOTSTRAP_METHOD, "unit": "task"},
+            "bootstrap": {
+                "method": BOOTSTRAP_METHOD,
+                "unit": "task",
+                "resamples": self.resamples,
+                "seed": self.seed,
+            },
             "p_value": self.p_value,
             "p_holm": self.p_holm,
             "tost": None
@@ -507,6 +525,8 @@ def compare_runs(
         margin=margin,
         tost=paired.tost,
         score_missing=paired.missing if pairs else None,
+        resamples=resamples,
+        seed=seed,
         channels=tuple(_channel_comparison(c, a, b, confidence) for c in ErrorChannel),
         wrong_names=wrong_names,
         task_channels=task_channels,

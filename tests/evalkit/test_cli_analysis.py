@@ -109,7 +109,8 @@ def test_compare_with_repeated_sides_groups_cells_and_prints_verdicts(tmp_path: 
     )
     assert result.exit_code == 0, result.output
     assert "retail · m (bf16 vs int4): " in result.output
-    assert "telecom · test-model (bf16 vs int4): score equivalent within ±5" in result.output
+    # Two identical telecom episodes a side: zero variance, so no equivalence is claimed.
+    assert "telecom · test-model (bf16 vs int4): score B − A +0.0, not tested" in result.output
 
 
 def test_compare_refuses_ambiguous_sides(tmp_path: Path) -> None:
@@ -216,6 +217,12 @@ def test_report_of_a_run_directory_names_the_arms(demo_dir: Path, tmp_path: Path
     page = out.read_text(encoding="utf-8")
     assert "int4 vs int4+repair" in page
     assert "sim-bf16 vs sim-int4" in page
+    # The header's words are the budgets' own, the one these episodes ran under first; the
+    # intervals' method, seed and resamples are stated.
+    assert "Budget curve: proxy experienced-failure budget" in page
+    assert "the first curve is the budget the runs ran under" in page
+    assert "when its tool errors reached k" not in page
+    assert "basic bootstrap over tasks, seed 0, 200 resamples" in page
 
 
 def test_two_run_directories_pair_their_arms_by_name(demo_dir: Path) -> None:
@@ -233,3 +240,45 @@ def test_arms_of_different_configurations_are_never_pooled(demo_dir: Path) -> No
     assert proc.returncode == 2
     assert "not trials of one configuration" in proc.stderr
     assert "repair off vs reask" in proc.stderr
+
+
+def test_identical_paired_rewards_give_no_interval_and_no_equivalence(tmp_path: Path) -> None:
+    """Eight tasks, the same reward on both sides: zero variance proves nothing."""
+    sims = [episode(str(t), [Call(OK)], reward=float(t % 2)) for t in range(8)]
+    a = write(tmp_path / "a.json", results(sims, model="m"))
+    b = write(tmp_path / "b.json", results(sims, model="m"))
+    result = runner.invoke(app, ["compare", str(a), str(b), "--resamples", "200"])
+    assert result.exit_code == 0, result.output
+    assert "equivalent" not in result.output
+    assert "not tested: the paired differences do not vary (every one of 8 tasks +0.0)" in (
+        " ".join(result.output.split())
+    )
+    assert "12.5 points" in result.output
+
+
+def test_wrong_name_correlation_is_shown_under_the_threshold_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    """Six wrong-name calls in A, nine in B, over three names: ρ with its interval and a warning."""
+    good = [Call(OK), Call(OK)]
+    a_names = {0: "get_weather", 1: "get_weather", 2: "get_weather", 3: "lookup", 4: "lookup"}
+    a_names |= {5: "find_user"}
+    b_names = {0: "get_weather", 1: "lookup", 2: "get_weather", 3: "lookup", 4: "get_weather"}
+    b_names |= {5: "find_user", 6: "get_weather", 7: "lookup", 8: "get_weather"}
+    tasks = range(12)
+    a = [
+        episode(str(t), [*[Call(UNKNOWN, a_names.get(t, ""))] * (t in a_names), *good])
+        for t in tasks
+    ]
+    b = [
+        episode(str(t), [*[Call(UNKNOWN, b_names.get(t, ""))] * (t in b_names), *good])
+        for t in tasks
+    ]
+    a_file = write(tmp_path / "a.json", results(a, model="m"))
+    b_file = write(tmp_path / "b.json", results(b, model="m"))
+    result = runner.invoke(app, ["compare", str(a_file), str(b_file), "--json"])
+    assert result.exit_code == 0, result.output
+    (cell,) = json.loads(result.stdout)["cells"]
+    assert cell["spearman"]["wrong_tool_names"] is not None
+    assert "wrong tool names ρ" in cell["verdict"]
+    assert "warning: only 6 (A) and 9 (B) wrong-name calls" in cell["verdict"]
