@@ -118,6 +118,10 @@ def budget_table(runs: Sequence[RunAnalysis], budget: Budget) -> Table:
     return Table(budget_title(budget, runs), columns(*header), rows, note)
 
 
+NO_SPREAD: Final = "(no spread)"
+"""What a figure shows in place of an interval when its values do not vary."""
+
+
 def budget_ci_table(
     runs: Sequence[RunAnalysis], budget: Budget, comparison: CellComparison | None = None
 ) -> Table:
@@ -135,18 +139,28 @@ def budget_ci_table(
             curve = r.curve(budget)
             if k < len(curve):
                 point = curve[k]
-                row.append(f"{pct(point.pass_rate)} [{pct(point.ci_low)}, {pct(point.ci_high)}]")
+                row.append(
+                    f"{pct(point.pass_rate)} {NO_SPREAD}"
+                    if point.ci_low == point.ci_high
+                    else f"{pct(point.pass_rate)} [{pct(point.ci_low)}, {pct(point.ci_high)}]"
+                )
             else:
                 row.append(NONE)
         if gaps and comparison is not None:
             gap = next((g for g in comparison.gaps if g.k == k), None)
-            row.append(
-                NONE
-                if gap is None
-                else f"{100 * gap.gap:+.1f} [{100 * gap.ci_low:+.1f}, {100 * gap.ci_high:+.1f}]"
-            )
+            if gap is None:
+                row.append(NONE)
+            elif gap.ci_low == gap.ci_high:
+                row.append(f"{100 * gap.gap:+.1f} {NO_SPREAD}")
+            else:
+                row.append(
+                    f"{100 * gap.gap:+.1f} [{100 * gap.ci_low:+.1f}, {100 * gap.ci_high:+.1f}]"
+                )
         rows.append(row)
-    note = f"Mean reward (points) at budget k: {budget.definition}."
+    note = (
+        f"Mean reward (points) at budget k: {budget.definition}. {NO_SPREAD}: every episode "
+        "(every paired difference) alike at that k, so no interval is drawn."
+    )
     return Table(budget_title(budget, runs), columns(*header), rows, note)
 
 
