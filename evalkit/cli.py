@@ -38,7 +38,15 @@ try:
         termination_table,
         wrong_names_table,
     )
-    from evalkit.analysis.load import DomainData, load_runs, pair_cells
+    from evalkit.analysis.load import (
+        Arm,
+        DomainData,
+        arm_pairs,
+        finding_pairs,
+        load_arms,
+        load_runs,
+        pair_cells,
+    )
     from evalkit.analysis.run import RunAnalysis
     from evalkit.analysis.stats import DEFAULT_RESAMPLES
     from evalkit.analysis.table import Table, columns
@@ -226,7 +234,10 @@ SideOption = Annotated[
 
 @app.command("analyze")
 def analyze_command(
-    results: Annotated[list[Path], typer.Argument(help="Results files of one run.")],
+    results: Annotated[
+        list[Path],
+        typer.Argument(help="Results files of one run, or a run directory (every arm in turn)."),
+    ],
     data_dir: DataDirOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the analysis as JSON.")] = False,
     label: Annotated[str | None, typer.Option(help="Name of the run in the output.")] = None,
@@ -241,6 +252,14 @@ def analyze_command(
     answers included); the run's own budget is shown first.
     """
     with exit_on_error():
+        directory = _run_directory(results)
+        if directory is not None:
+            arms = load_arms(directory, data=DomainData(data_dir), resamples=resamples, seed=seed)
+            if as_json:
+                typer.echo(json.dumps({a.name: a.run.to_dict() for a in arms}, indent=2))
+            for arm in [] if as_json else arms:
+                _print_analysis(arm.run)
+            return
         runs = load_runs(
             results, data=DomainData(data_dir), label=label, resamples=resamples, seed=seed
         )
@@ -261,7 +280,11 @@ def analyze_command(
 def compare_command(
     files: Annotated[
         list[Path] | None,
-        typer.Argument(help="A.json B.json: the reference run, then the candidate."),
+        typer.Argument(
+            help="A.json B.json: the reference run, then the candidate; or a run directory "
+            "(its arms compared as the replay's headline compares them); or two run "
+            "directories (their arms paired by name)."
+        ),
     ] = None,
     a: SideOption = None,
     b: SideOption = None,
@@ -279,11 +302,21 @@ def compare_command(
 
     Give one file per side as `A.json B.json`, or several with `--a FILE --a FILE --b FILE ...`.
     Files are grouped into cells by domain and agent model; within a domain, A's models pair
-    with B's in the order given.
+    with B's in the order given. Files of one side that ran under different configurations
+    (a replay's arms) are refused, never pooled.
+
+    A run directory as `evalkit replay --out DIR` (and `make demo`) writes it: each arm without
+    repair against the first one, and each arm against itself with repair.
     """
     with exit_on_error():
-        a_files, b_files = _sides(files, a, b, single=False)
-        comparisons = _compare(a_files, b_files, data_dir, label_a, label_b, delta, resamples, seed)
+        cells = _directory_cells(files, a, b, data_dir, resamples, seed, need_pairs=True)
+        if cells is not None:
+            comparisons = _compare_arms(cells, delta, resamples, seed)
+        else:
+            a_files, b_files = _sides(files, a, b, single=False)
+            comparisons = _compare(
+                a_files, b_files, data_dir, label_a, label_b, delta, resamples, seed
+            )
     if as_json:
         document = {"margin_points": delta, "cells": [c.to_dict() for c in comparisons]}
         typer.echo(json.dumps(document, indent=2))
@@ -295,7 +328,10 @@ def compare_command(
 def report_command(
     runs: Annotated[
         list[Path] | None,
-        typer.Argument(help="RUN, or A.json B.json (more files: --a/--b)."),
+        typer.Argument(
+            help="RUN, or A.json B.json (more files: --a/--b), or a run directory (its arms "
+            "compared as the replay's headline compares them), or two run directories."
+        ),
     ] = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")] = Path(
         "report.html"
@@ -315,15 +351,19 @@ def report_command(
     """Write a self-contained HTML report, its Markdown twin and the figures (PNG, SVG).
 
     With one side only (one RUN, or --a alone) the report shows each run; with two, it compares
-    B against A per cell.
+    B against A per cell; a run directory is compared arm by arm as `evalkit compare DIR` does.
     """
     with exit_on_error():
-        a_files, b_files = _sides(runs, a, b, single=True)
-        if b_files:
+        cells = _directory_cells(runs, a, b, data_dir, resamples, seed, need_pairs=False)
+        a_files, b_files = ([], []) if cells is not None else _sides(runs, a, b, single=True)
+        if cells is not None:
+            comparisons = _compare_arms(cells, delta, resamples, seed)
+            single: list[RunAnalysis] = [] if comparisons else [c.run for c, _ in cells]
+        elif b_files:
             comparisons = _compare(
                 a_files, b_files, data_dir, label_a, label_b, delta, resamples, seed
             )
-            single: list[RunAnalysis] = []
+            single = []
         else:
             comparisons = []
             single = load_runs(
@@ -334,6 +374,75 @@ def report_command(
         except OSError as exc:
             raise UsageError(f"{output}: cannot write the report: {exc}") from exc
     typer.echo(f"wrote {written.html}, {written.markdown} and {len(written.figures)} figures")
+
+
+def _run_directory(paths: list[Path] | None) -> Path | None:
+    """The one run directory given, else None.
+
+    Raises:
+        UsageError: when a directory comes with other paths.
+    """
+    directories = [p for p in paths or [] if p.is_dir()]
+    if not directories:
+        return None
+    if len(paths or []) != 1:
+        raise UsageError(
+            f"{directories[0]} is a run directory: give it alone (its arms are analysed in "
+            "turn), or give results files"
+        )
+    return directories[0]
+
+
+def _directory_cells(
+    files: list[Path] | None,
+    a: list[Path] | None,
+    b: list[Path] | None,
+    data_dir: Path | None,
+    resamples: int,
+    seed: int,
+    *,
+    need_pairs: bool,
+) -> list[tuple[Arm, Arm | None]] | None:
+    """The (A, B) arms to compare when the runs are given as run directories, else None: one
+    directory's arms as its replay's headline pairs them, or two directories' paired by name.
+    With `need_pairs` false, a directory of one arm gives (arm, None).
+
+    Raises:
+        UsageError: when directories are mixed with files or `--a`/`--b`, or when a directory
+            holds nothing to compare.
+    """
+    given = [*(files or []), *(a or []), *(b or [])]
+    directories = [p for p in given if p.is_dir()]
+    if not directories:
+        return None
+    if a or b or len(directories) != len(files or []):
+        raise UsageError(
+            f"{directories[0]} is a run directory: give one run directory (its arms compared) "
+            "or two (their arms paired by name), without results files or --a/--b"
+        )
+    if len(directories) > 2:
+        raise UsageError(f"{len(directories)} run directories given: expected one or two")
+    data = DomainData(data_dir)
+    loaded = [load_arms(d, data=data, resamples=resamples, seed=seed) for d in directories]
+    if len(loaded) == 2:
+        return list(arm_pairs(loaded[0], loaded[1]))
+    pairs: list[tuple[Arm, Arm | None]] = list(finding_pairs(loaded[0]))
+    if pairs:
+        return pairs
+    if need_pairs:
+        names = ", ".join(arm.name for arm in loaded[0])
+        raise UsageError(
+            f"{directories[0]}: nothing to compare in this run directory (arms: {names}); "
+            "compare it with another run directory, or analyse it: evalkit analyze DIR"
+        )
+    return [(arm, None) for arm in loaded[0]]
+
+
+def _compare_arms(
+    cells: list[tuple[Arm, Arm | None]], delta: float, resamples: int, seed: int
+) -> list[CellComparison]:
+    pairs = [(a.run, b.run) for a, b in cells if b is not None]
+    return compare_cells(pairs, margin=delta / 100, resamples=resamples, seed=seed)
 
 
 def _sides(
@@ -418,6 +527,8 @@ def _print_comparisons(comparisons: list[CellComparison]) -> None:
         console.print(budget_ci_table((c.a, c.b), c.budget, c).rich())
     for c in comparisons:
         console.print(f"[bold]{c.name}[/]: {c.verdict()}", highlight=False, soft_wrap=True)
+    if comparisons:
+        console.print(comparisons[0].bootstrap(), highlight=False)
 
 
 def _split(value: str | None) -> tuple[str, ...] | None:

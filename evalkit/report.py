@@ -190,7 +190,11 @@ def _section(
 ) -> Section:
     prefix = f"{number + 1:02d}-{_SLUG.sub('-', runs[0].domain.lower()).strip('-')}"
     figures = (
-        render_figure(f"{prefix}-budget", "Budget curve", budget_figure(runs)),
+        render_figure(
+            f"{prefix}-budget",
+            f"Budget curve: {budget_order(list(runs))[0].label}",
+            budget_figure(runs),
+        ),
         render_figure(f"{prefix}-channels", "Failures per channel", channel_figure(runs)),
         render_figure(f"{prefix}-errors", "Errors per episode", histogram_figure(runs)),
     )
@@ -236,6 +240,24 @@ figcaption { font-size: 12px; color: #5b6575; }
 """
 
 
+def header_note(sections: Sequence[Section]) -> str:
+    """What the page's numbers are, in the words of the budgets its figures use: each budget
+    curve is titled with its budget, the one the runs ran under first."""
+    runs = [run for section in sections for run in section.runs]
+    budgets = "; ".join(f"{b.label}: {b.definition}" for b in budget_order(runs))
+    compared = (
+        " A is the reference run, B the candidate."
+        if any(s.comparison is not None for s in sections)
+        else ""
+    )
+    return (
+        "Scores and rates in points (per 100). Budget k: the score had every episode been "
+        f"stopped when its failures reached k, from the recorded run, on two budgets, each "
+        f"curve and figure titled with its own ({budgets}); the first curve is the budget the "
+        f"runs ran under.{compared}"
+    )
+
+
 def render_html(title: str, sections: Sequence[Section]) -> str:
     """The whole page, with every figure embedded; no scripts and no external resources."""
     comparisons = [s.comparison for s in sections if s.comparison is not None]
@@ -245,15 +267,13 @@ def render_html(title: str, sections: Sequence[Section]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        '<p class="note">Scores and rates in points (per 100). Budget k: the score had every '
-        "episode been stopped when its tool errors reached k, from the recorded run."
-        + (" A is the reference run, B the candidate." if comparisons else "")
-        + "</p>",
+        f'<p class="note">{html.escape(header_note(sections))}</p>',
     ]
     if comparisons:
         parts.append("<h2>Comparison</h2>")
         parts.append(compare_table(comparisons).html(level=0))
-        parts.append("<ul>" + "".join(f"<li>{html.escape(d)}</li>" for d in STATISTICS) + "</ul>")
+        described = [*STATISTICS, comparisons[0].bootstrap()]
+        parts.append("<ul>" + "".join(f"<li>{html.escape(d)}</li>" for d in described) + "</ul>")
         parts.append(
             "<ul>"
             + "".join(
@@ -285,10 +305,10 @@ def render_html(title: str, sections: Sequence[Section]) -> str:
 def render_markdown(title: str, sections: Sequence[Section], figures_dir: str) -> str:
     """The Markdown twin of the page; figures are linked from `figures_dir` (relative)."""
     comparisons = [s.comparison for s in sections if s.comparison is not None]
-    parts = [f"# {title}", ""]
+    parts = [f"# {title}", "", header_note(sections), ""]
     if comparisons:
         parts += ["## Comparison", "", compare_table(comparisons).markdown(level=0)]
-        parts += [f"- {d}" for d in STATISTICS]
+        parts += [f"- {d}" for d in (*STATISTICS, comparisons[0].bootstrap())]
         parts.append("")
         parts += [f"- **{c.name}**: {c.verdict()}" for c in comparisons]
         parts.append("")

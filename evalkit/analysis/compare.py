@@ -23,14 +23,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from evalkit.analysis.budget import Budget, rewards_by_budget
 from evalkit.analysis.channels import EpisodeFailures, ErrorChannel
 from evalkit.analysis.run import RunAnalysis
 from evalkit.analysis.stats import (
+    BOOTSTRAP_METHOD,
     DEFAULT_RESAMPLES,
     RateRatio,
     Tost,
+    basic_interval,
     cluster_bootstrap_ci,
     holm,
     rate_ratio,
@@ -49,8 +52,10 @@ SIGNATURE_RESAMPLES = 2_000  # each resample recomputes a correlation: fewer tha
 class SignatureStatistics:
     """How alike A's and B's failures are over one kind of signature (wrong tool names; (task,
     channel) pairs): Spearman's ρ of the counts per signature, the share of B's failures whose
-    signature A never shows, each with a bootstrap interval over tasks; and the failures behind
-    them. With fewer than `MIN_SIGNATURE_FAILURES` on a side the figures are not shown."""
+    signature A never shows, each with a basic bootstrap interval over tasks (`resamples` draws
+    from `seed`; `stats.BOOTSTRAP_METHOD`); and the failures behind them. The figures are shown
+    whenever they can be computed; with fewer than `MIN_SIGNATURE_FAILURES` on a side they come
+    with a warning (`warning`)."""
 
     what: str
     a_failures: int
@@ -59,6 +64,8 @@ class SignatureStatistics:
     correlation_ci: tuple[float, float] | None
     novel: float | None
     novel_ci: tuple[float, float] | None
+    resamples: int = 0
+    seed: int = 0
 
     @property
     def enough(self) -> bool:
@@ -66,11 +73,49 @@ class SignatureStatistics:
         return min(self.a_failures, self.b_failures) >= MIN_SIGNATURE_FAILURES
 
     def too_few(self) -> str:
-        """Why the statistics are not shown, in words."""
+        """Why the statistics are not shown, or shown with a warning, in words."""
         return (
             f"too few {self.what} to compare (A {self.a_failures}, B {self.b_failures}; "
             f"{MIN_SIGNATURE_FAILURES} a side needed)"
         )
+
+    def warning(self) -> str | None:
+        """A plain warning when the figures rest on too few failures; None when they do not."""
+        if self.enough:
+            return None
+        return (
+            f"warning: only {self.a_failures} (A) and {self.b_failures} (B) {self.what}; with "
+            f"fewer than {MIN_SIGNATURE_FAILURES} a side ρ and the novel share mean little"
+        )
+
+    def describe(self, name: str) -> str:
+        """ρ and the novel share with their intervals in words, then what is missing and the
+        warning, if any."""
+        if self.correlation is None:
+            return self.too_few() if not self.enough else str(self.missing())
+        text = f"{name} ρ {self.correlation:.2f}"
+        if self.correlation_ci is not None:
+            text += f" [{self.correlation_ci[0]:.2f}, {self.correlation_ci[1]:.2f}]"
+        if self.novel is not None:
+            text += f", {100 * self.novel:.1f}% novel"
+            if self.novel_ci is not None:
+                text += f" [{100 * self.novel_ci[0]:.1f}, {100 * self.novel_ci[1]:.1f}]"
+        notes = [n for n in (self.missing(), self.warning()) if n]
+        return text + "".join(f" ({n})" for n in notes)
+
+    def missing(self) -> str | None:
+        """What keeps ρ or its interval from being shown, in words; None when both are."""
+        if self.correlation is None:
+            return (
+                f"ρ over {self.what} undefined (A {self.a_failures}, B {self.b_failures}: it "
+                "needs two signatures whose counts vary on both sides)"
+            )
+        if self.correlation_ci is None:
+            return (
+                "no interval for ρ: it needs two tasks or more, and resamples in which ρ "
+                "varies without all falling on one side of the estimate"
+            )
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form."""
@@ -82,6 +127,14 @@ class SignatureStatistics:
             "spearman_ci": None if self.correlation_ci is None else list(self.correlation_ci),
             "novel_share": self.novel,
             "novel_share_ci": None if self.novel_ci is None else list(self.novel_ci),
+            "warning": self.warning(),
+            "missing": self.missing(),
+            "bootstrap": {
+                "method": BOOTSTRAP_METHOD,
+                "unit": "task",
+                "resamples": self.resamples,
+                "seed": self.seed,
+            },
         }
 
 
@@ -163,6 +216,22 @@ class CellComparison:
     task_channels: SignatureStatistics
     gaps: tuple[BudgetGap, ...]
     budget: Budget = Budget.TAU2
+    score_missing: str | None = None
+    """Why the score difference has no interval and no equivalence test (zero variance, too
+    few tasks), in words; None when it has both."""
+    resamples: int = DEFAULT_RESAMPLES
+    seed: int = 0
+
+    def bootstrap(self) -> str:
+        """How the intervals were drawn, in one sentence."""
+        return (
+            f"Intervals: {BOOTSTRAP_METHOD} bootstrap over tasks, seed {self.seed}, "
+            f"{self.resamples} resamples ({self.wrong_names.resamples} for ρ and the novel "
+            "shares), each resample computing the estimate's own estimator; rate ratios: "
+            "Katz's log interval. None is drawn, and TOST is not run, where the paired "
+            "differences do not vary or fewer than two tasks pair; then the verdict says what "
+            "is missing."
+        )
 
     @property
     def tool_name_correlation(self) -> float | None:
@@ -190,11 +259,15 @@ class CellComparison:
 
     @property
     def name(self) -> str:
-        """The cell's name: domain, and the models when they differ from the labels."""
+        """The cell's name: domain, the models, and the arms (labels) when the models alone do
+        not tell A from B (a replay's arms with and without repair run one model)."""
         models = (
             self.a.model if self.a.model == self.b.model else f"{self.a.model} vs {self.b.model}"
         )
-        return f"{self.domain} · {models}"
+        labels = dict.fromkeys((self.a.label, self.b.label))
+        same_model = self.a.model == self.b.model
+        arms = f" ({' vs '.join(labels)})" if same_model and list(labels) != [models] else ""
+        return f"{self.domain} · {models}{arms}"
 
     @property
     def equivalent(self) -> bool:
@@ -216,7 +289,9 @@ class CellComparison:
         spread = f"B − A {diff:+.1f} [{low:+.1f}, {high:+.1f}]"
         if self.pairs == 0:
             return "no episodes could be paired by task and trial"
-        if self.equivalent:
+        if self.score_missing is not None:
+            score = f"score B − A {diff:+.1f}, not tested: {self.score_missing}"
+        elif self.equivalent:
             score = f"score equivalent within ±{100 * self.margin:g} ({spread})"
         elif self.differs:
             direction = "lower" if diff < 0 else "higher"
@@ -224,18 +299,7 @@ class CellComparison:
         else:
             score = f"score difference inconclusive ({spread})"
         parts = [score]
-        names = self.wrong_names
-        if names.enough and names.correlation is not None and names.correlation_ci is not None:
-            low_r, high_r = names.correlation_ci
-            text = f"wrong tool names ρ {names.correlation:.2f} [{low_r:.2f}, {high_r:.2f}]"
-            if names.novel is not None and names.novel_ci is not None:
-                text += (
-                    f", {100 * names.novel:.1f}% novel [{100 * names.novel_ci[0]:.1f}, "
-                    f"{100 * names.novel_ci[1]:.1f}]"
-                )
-            parts.append(text)
-        elif not names.enough:
-            parts.append(names.too_few())
+        parts.append(self.wrong_names.describe("wrong tool names"))
         # Channels whose rate moved, the largest increase first (the damage), then decreases.
         moved = sorted(
             (
@@ -272,8 +336,15 @@ class CellComparison:
             "a_score": self.a_score,
             "b_score": self.b_score,
             "difference": self.difference,
-            "ci_low": self.ci[0],
-            "ci_high": self.ci[1],
+            "ci_low": None if self.score_missing else self.ci[0],
+            "ci_high": None if self.score_missing else self.ci[1],
+            "score_missing": self.score_missing,
+            "bootstrap": {
+                "method": BOOTSTRAP_METHOD,
+                "unit": "task",
+                "resamples": self.resamples,
+                "seed": self.seed,
+            },
             "p_value": self.p_value,
             "p_holm": self.p_holm,
             "tost": None
@@ -342,6 +413,7 @@ class _Paired:
     p_value: float = 1.0
     tost: Tost | None = None
     gaps: tuple[BudgetGap, ...] = ()
+    missing: str | None = "no episodes paired"
 
 
 def _paired_statistics(
@@ -367,6 +439,7 @@ def _paired_statistics(
         table, tasks, confidence=confidence, resamples=resamples, seed=seed
     )
     per_task = _task_means(differences.tolist(), tasks)
+    missing = _score_missing(per_task)
     n = len(pairs)
     return _Paired(
         a_score=math.fsum(ra.tolist()) / n,
@@ -374,7 +447,8 @@ def _paired_statistics(
         difference=math.fsum(differences.tolist()) / n,
         ci=(float(low[0]), float(high[0])),
         p_value=sign_flip_test(differences, tasks, resamples=resamples, seed=seed),
-        tost=tost_paired(per_task, margin, alpha=ALPHA) if len(per_task) >= 2 else None,
+        tost=tost_paired(per_task, margin, alpha=ALPHA) if missing is None else None,
+        missing=missing,
         gaps=tuple(
             BudgetGap(
                 k=k,
@@ -385,6 +459,23 @@ def _paired_statistics(
             for k in range(budget + 1)
         ),
     )
+
+
+def _score_missing(per_task: Sequence[float]) -> str | None:
+    """Why the paired differences (one mean per task) support no interval and no equivalence
+    test, in words: fewer than two tasks, or no variance — every task moved alike, where a
+    bootstrap interval collapses to a point and TOST "proves" equivalence from nothing."""
+    tasks = len(per_task)
+    if tasks < 2:
+        return f"{tasks} task paired; an interval and the equivalence test need two or more"
+    if max(per_task) == min(per_task):
+        return (
+            f"the paired differences do not vary (every one of {tasks} tasks "
+            f"{100 * per_task[0]:+.1f}), so no interval or equivalence test can be drawn; one "
+            f"task that flips moves the score by {100 / tasks:.1f} points — more tasks or "
+            "trials (--trials) needed"
+        )
+    return None
 
 
 def compare_runs(
@@ -433,6 +524,9 @@ def compare_runs(
         p_holm=paired.p_value,
         margin=margin,
         tost=paired.tost,
+        score_missing=paired.missing if pairs else None,
+        resamples=resamples,
+        seed=seed,
         channels=tuple(_channel_comparison(c, a, b, confidence) for c in ErrorChannel),
         wrong_names=wrong_names,
         task_channels=task_channels,
@@ -494,13 +588,17 @@ def signature_statistics(
     seed: int,
 ) -> SignatureStatistics:
     """ρ and the novel share of `signatures` (counts per signature over a run's episodes), with
-    percentile intervals from resampling tasks with replacement on both sides at once."""
+    basic bootstrap intervals from resampling tasks with replacement on both sides at once. Each
+    resample computes the point estimate's own estimator (`_signatures`: over the signatures
+    that occur in it, a signature drawn on neither side being absent, as in the shadow's)."""
     a_counts, b_counts = signatures(a), signatures(b)
     correlation, novel = _signatures(a_counts, b_counts)
     a_total, b_total = sum(a_counts.values()), sum(b_counts.values())
-    if min(a_total, b_total) < MIN_SIGNATURE_FAILURES:
-        return SignatureStatistics(what, a_total, b_total, correlation, None, novel, None)
     tasks = sorted({e.task_id for e in (*a, *b)})
+    if (correlation is None and novel is None) or len(tasks) < 2:
+        return SignatureStatistics(
+            what, a_total, b_total, correlation, None, novel, None, resamples, seed
+        )
     keys = sorted(set(a_counts) | set(b_counts))
     column = {k: i for i, k in enumerate(keys)}
     # One row of signature counts per task and side: a resample sums the rows it draws.
@@ -515,28 +613,31 @@ def signature_statistics(
     for _ in range(resamples):
         weights = np.bincount(rng.integers(0, len(tasks), len(tasks)), minlength=len(tasks))
         drawn_a, drawn_b = weights @ per_task[0], weights @ per_task[1]
-        rho = spearman(drawn_a, drawn_b)
-        if rho is not None:
-            rhos.append(rho)
-        if drawn_b.sum():
-            novels.append(float(drawn_b[drawn_a == 0].sum() / drawn_b.sum()))
-    alpha = (1 - confidence) / 2
+        rho, share = _drawn_signatures(drawn_a, drawn_b)
+        rhos.append(rho)
+        novels.append(share)
     return SignatureStatistics(
         what,
         a_total,
         b_total,
         correlation,
-        _quantiles(rhos, alpha),
+        basic_interval(correlation, rhos, confidence=confidence, bounds=(-1.0, 1.0)),
         novel,
-        _quantiles(novels, alpha),
+        basic_interval(novel, novels, confidence=confidence, bounds=(0.0, 1.0)),
+        resamples,
+        seed,
     )
 
 
-def _quantiles(values: Sequence[float], alpha: float) -> tuple[float, float] | None:
-    if not values:
-        return None
-    low, high = np.quantile(np.asarray(values), [alpha, 1 - alpha])
-    return float(low), float(high)
+def _drawn_signatures(
+    a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]
+) -> tuple[float | None, float | None]:
+    """`_signatures` of one resample's counts (a column per signature): ρ over the signatures
+    that occur in it, and the novel share."""
+    occurs = (a > 0) | (b > 0)
+    correlation = spearman(a[occurs], b[occurs]) if occurs.any() else None
+    total = float(b.sum())
+    return correlation, (float(b[a == 0].sum()) / total if total else None)
 
 
 def _signatures(a: Counter[str], b: Counter[str]) -> tuple[float | None, float | None]:

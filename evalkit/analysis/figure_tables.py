@@ -118,6 +118,10 @@ def budget_table(runs: Sequence[RunAnalysis], budget: Budget) -> Table:
     return Table(budget_title(budget, runs), columns(*header), rows, note)
 
 
+NO_SPREAD: Final = "(no spread)"
+"""What a figure shows in place of an interval when its values do not vary."""
+
+
 def budget_ci_table(
     runs: Sequence[RunAnalysis], budget: Budget, comparison: CellComparison | None = None
 ) -> Table:
@@ -135,18 +139,28 @@ def budget_ci_table(
             curve = r.curve(budget)
             if k < len(curve):
                 point = curve[k]
-                row.append(f"{pct(point.pass_rate)} [{pct(point.ci_low)}, {pct(point.ci_high)}]")
+                row.append(
+                    f"{pct(point.pass_rate)} {NO_SPREAD}"
+                    if point.ci_low == point.ci_high
+                    else f"{pct(point.pass_rate)} [{pct(point.ci_low)}, {pct(point.ci_high)}]"
+                )
             else:
                 row.append(NONE)
         if gaps and comparison is not None:
             gap = next((g for g in comparison.gaps if g.k == k), None)
-            row.append(
-                NONE
-                if gap is None
-                else f"{100 * gap.gap:+.1f} [{100 * gap.ci_low:+.1f}, {100 * gap.ci_high:+.1f}]"
-            )
+            if gap is None:
+                row.append(NONE)
+            elif gap.ci_low == gap.ci_high:
+                row.append(f"{100 * gap.gap:+.1f} {NO_SPREAD}")
+            else:
+                row.append(
+                    f"{100 * gap.gap:+.1f} [{100 * gap.ci_low:+.1f}, {100 * gap.ci_high:+.1f}]"
+                )
         rows.append(row)
-    note = f"Mean reward (points) at budget k: {budget.definition}."
+    note = (
+        f"Mean reward (points) at budget k: {budget.definition}. {NO_SPREAD}: every episode "
+        "(every paired difference) alike at that k, so no interval is drawn."
+    )
     return Table(budget_title(budget, runs), columns(*header), rows, note)
 
 
@@ -329,7 +343,12 @@ def compare_table(comparisons: Sequence[CellComparison]) -> Table:
                 str(c.pairs),
                 pct(c.a_score),
                 pct(c.b_score),
-                f"{100 * c.difference:+.1f} [{100 * c.ci[0]:+.1f}, {100 * c.ci[1]:+.1f}]",
+                f"{100 * c.difference:+.1f} "
+                + (
+                    "(no interval)"
+                    if c.score_missing
+                    else f"[{100 * c.ci[0]:+.1f}, {100 * c.ci[1]:+.1f}]"
+                ),
                 p_value(c.p_holm),
                 NONE if c.tost is None else p_value(c.tost.p),
                 *signature_cells(c.wrong_names),
@@ -341,12 +360,17 @@ def compare_table(comparisons: Sequence[CellComparison]) -> Table:
 
 
 def signature_cells(stats: SignatureStatistics) -> list[str]:
-    """ρ and the novel share with their intervals, or in words why there are none."""
-    if not stats.enough:
-        return [stats.too_few(), NONE]
+    """ρ and the novel share with their intervals whenever they can be computed (with a warning
+    under `MIN_SIGNATURE_FAILURES` a side), or in words why there are none."""
+    if stats.correlation is None:
+        return [stats.too_few() if not stats.enough else str(stats.missing()), NONE]
     rho = num(stats.correlation)
     if stats.correlation_ci is not None:
         rho += f" [{num(stats.correlation_ci[0])}, {num(stats.correlation_ci[1])}]"
+    else:
+        rho += " (no interval)"
+    if not stats.enough:
+        rho += f" — warning: few failures (A {stats.a_failures}, B {stats.b_failures})"
     novel = pct(stats.novel)
     if stats.novel_ci is not None:
         novel += f" [{pct(stats.novel_ci[0])}, {pct(stats.novel_ci[1])}]"

@@ -9,6 +9,7 @@ its failures are classified from the recorded texts alone.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from evalkit.analysis.run import DEFAULT_MAX_ERRORS, RunAnalysis, analyze_episod
 from evalkit.analysis.stats import DEFAULT_RESAMPLES
 from evalkit.domains import get_domain
 from evalkit.domains.base import Domain
-from evalkit.errors import UnknownDomainError, UsageError
+from evalkit.errors import ResultsFileError, UnknownDomainError, UsageError
 from evalkit.formats import Results, read_results, solo_mode
 from evalkit.records import RecordIssue, check_records, summary_lines
 from evalkit.tasks import Task
@@ -159,7 +160,8 @@ def analyze_results(
 ) -> list[RunAnalysis]:
     """Analyse results (each with the path it was read from, or None) as runs: one per
     (domain, agent model), in order of first appearance; the files of one run (trials, shards)
-    are pooled.
+    are pooled. Files of one domain and model that differ in configuration (`CONFIGURATION`:
+    a replay's arm, profile, repair, API) are refused, never pooled.
 
     `tools` finds the agent's schemas (default: recorded ones, else `data`'s); `data` (default:
     the shipped domains) gives the tasks each file's records are checked against
@@ -168,13 +170,18 @@ def analyze_results(
     Its label is `label`, else `run_label` of its first file.
 
     Raises:
+        UsageError: when files of one domain and model ran under different configurations.
         DataError: when a domain directory cannot be loaded.
     """
     data = data or DomainData()
     source = tools or recorded_first(data)
     groups: dict[tuple[str, str], _Group] = {}
+    firsts: dict[tuple[str, str], tuple[Path | None, Results]] = {}
     for path, results in files:
         domain, model = run_key(results)
+        check_one_configuration(
+            firsts.setdefault((domain, model), (path, results)), (path, results)
+        )
         declared = source(domain, results)
         group = groups.get((domain, model))
         if group is None:
@@ -278,3 +285,164 @@ def _describe(runs: Sequence[RunAnalysis]) -> str:
         return "no run"
     models = ", ".join(r.model for r in runs)
     return f"{len(runs)} run(s) ({models})"
+
+
+# -- run directories: what `evalkit replay` (and `make demo`) writes ------------------------------
+
+REPLAY_FILE: Final = "replay.json"
+"""The index a replay directory keeps: its options, its arms and each arm's results file."""
+
+REPAIRED: Final = "reask"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of a run directory: its name, its configuration and its analysis."""
+
+    name: str
+    model: str
+    profile: str | None
+    repair: str
+    path: Path
+    run: RunAnalysis
+
+    @property
+    def repaired(self) -> bool:
+        return self.repair == REPAIRED
+
+    @property
+    def subject(self) -> str:
+        """What the arm runs: its damage profile, else its model."""
+        return self.profile or self.model
+
+
+def arm_files(directory: Path) -> list[Path]:
+    """The results files of a run directory, in its arms' order: those `replay.json` names,
+    else every `*/results.json` below it, else its `*.json` files.
+
+    Raises:
+        ResultsFileError: when the directory holds no results file or its index is unreadable.
+    """
+    index = directory / REPLAY_FILE
+    if index.is_file():
+        try:
+            named = json.loads(index.read_text(encoding="utf-8")).get("results")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
+            raise ResultsFileError(f"{index}: cannot read the replay's index: {exc}") from exc
+        if isinstance(named, dict) and named:
+            return [directory / str(relative) for relative in named.values()]
+    found = sorted(directory.glob("*/results.json")) or sorted(
+        p for p in directory.glob("*.json") if p.name != REPLAY_FILE
+    )
+    if not found:
+        raise ResultsFileError(
+            f"{directory}: no results files in this directory (expected {REPLAY_FILE}, "
+            "*/results.json or *.json, as `evalkit replay --out DIR` writes)"
+        )
+    return found
+
+
+def load_arms(
+    directory: Path,
+    *,
+    data: DomainData | None = None,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> list[Arm]:
+    """Every arm of a run directory, each analysed on its own and named by its arm.
+
+    Raises:
+        ResultsFileError: when a file cannot be read or the directory holds none.
+        UsageError: when one arm's files hold several domains or models.
+        DataError: when a domain directory cannot be loaded.
+    """
+    data = data or DomainData()
+    arms = []
+    for path in arm_files(directory):
+        results = read_results(path)
+        runs = analyze_results([(path, results)], data=data, resamples=resamples, seed=seed)
+        if len(runs) != 1:
+            raise UsageError(f"{path}: holds {len(runs)} runs; an arm is one domain and model")
+        block = _block(results)
+        profile, repair = block.get("profile"), block.get("repair")
+        arms.append(
+            Arm(
+                name=runs[0].label,
+                model=runs[0].model,
+                profile=profile if isinstance(profile, str) and profile else None,
+                repair=repair if isinstance(repair, str) and repair else "off",
+                path=path,
+                run=runs[0],
+            )
+        )
+    return arms
+
+
+def finding_pairs(arms: Sequence[Arm]) -> list[tuple[Arm, Arm]]:
+    """The (reference, candidate) pairs a replay's headline compares: every arm without repair
+    against the first one without repair, then each arm without repair against the same model
+    or profile with repair. Empty when there is nothing to compare."""
+    plain = [a for a in arms if not a.repaired]
+    repaired = [a for a in arms if a.repaired]
+    reference = plain[0] if plain else None
+    pairs = [(reference, other) for other in plain[1:] if reference is not None]
+    for arm in plain:
+        pairs += [(arm, r) for r in repaired if r.subject == arm.subject and r.model == arm.model]
+    return pairs
+
+
+def arm_pairs(a_arms: Sequence[Arm], b_arms: Sequence[Arm]) -> list[tuple[Arm, Arm]]:
+    """Two run directories' arms paired by name.
+
+    Raises:
+        UsageError: when the two directories have no arm name in common.
+    """
+    by_name = {arm.name: arm for arm in b_arms}
+    pairs = [(arm, by_name[arm.name]) for arm in a_arms if arm.name in by_name]
+    if not pairs:
+        raise UsageError(
+            f"the two run directories share no arm (A: {', '.join(a.name for a in a_arms)}; "
+            f"B: {', '.join(b.name for b in b_arms)})"
+        )
+    return pairs
+
+
+# -- one configuration per run ---------------------------------------------------------------
+
+CONFIGURATION: Final = ("arm", "profile", "repair", "api", "upstream")
+"""The fields of a file's `info.toolsentry` block that make a configuration: files that differ in
+one of them are different runs, never trials of one."""
+
+
+def _block(results: Results) -> dict[str, Any]:
+    block = results.info.get("toolsentry")
+    return block if isinstance(block, dict) else {}
+
+
+def configuration(results: Results) -> dict[str, Any]:
+    """What a results file ran under, beyond its domain and model (see `CONFIGURATION`)."""
+    block = _block(results)
+    return {key: block.get(key) for key in CONFIGURATION if block.get(key) is not None}
+
+
+def check_one_configuration(
+    first: tuple[Path | None, Results], other: tuple[Path | None, Results]
+) -> None:
+    """Refuse to pool two files of one domain and model that ran under different configurations.
+
+    Raises:
+        UsageError: naming the files and every field that differs.
+    """
+    a, b = configuration(first[1]), configuration(other[1])
+    differences = [
+        f"{key} {a.get(key, '(none)')} vs {b.get(key, '(none)')}"
+        for key in CONFIGURATION
+        if a.get(key) != b.get(key)
+    ]
+    if differences:
+        names = " and ".join(str(p) if p else "a results file" for p in (first[0], other[0]))
+        raise UsageError(
+            f"{names} are not trials of one configuration ({'; '.join(differences)}): they are "
+            "not pooled into one run; compare them (evalkit compare A B), or pass their run "
+            "directory, which analyses each arm on its own"
+        )

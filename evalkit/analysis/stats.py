@@ -10,6 +10,12 @@ same seed.
 Episodes of one task are not independent (same scenario, same user), so the bootstrap and the
 sign-flip test resample *tasks* — clusters — and keep all of a task's episodes together. With one
 trial per task this is the ordinary (paired) bootstrap.
+
+Every bootstrap interval here is the *basic* bootstrap interval (`BOOTSTRAP_METHOD`), the one
+`evalkit shadow`'s signature figures use: 2·estimate less the resamples' upper and lower
+quantiles, each resample computing the same estimator as the point estimate, clipped to the
+figure's range. It is drawn from `seed` with `resamples` draws (default `DEFAULT_RESAMPLES`; the
+signature figures at most 2,000), and every report states both.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from proxy.statistics import Z_95, average_ranks, relative_risk, wilson, z_of
 from proxy.statistics import spearman as shared_spearman
 
 DEFAULT_RESAMPLES: Final = 10_000
+BOOTSTRAP_METHOD: Final = "basic"
+"""The one bootstrap interval of evalkit and the shadow's figures (see the module docstring)."""
 EXACT_SIGN_FLIP_LIMIT: Final = 16  # 2**16 sign vectors: exact enumeration is cheaper than sampling
 _CHUNK: Final = 2_000
 
@@ -44,12 +52,14 @@ def cluster_bootstrap_ci(
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
 ) -> tuple[FloatArray, FloatArray]:
-    """Percentile bootstrap interval of the mean of each column of `values`.
+    """Basic bootstrap interval of the mean of each column of `values` (`BOOTSTRAP_METHOD`).
 
     `values` is one row per unit (episode, or paired difference) and one column per statistic
     (a 1-d array is one column). Resampling draws whole clusters with replacement (`clusters[i]`
     is the cluster of row i; None: every row is its own cluster) and takes the mean over the rows
-    drawn. Returns `(low, high)`, arrays with one entry per column.
+    drawn — the estimator of the point estimate, the mean over all rows. The interval is
+    2·mean less the resamples' upper and lower quantiles, clipped to the column's range (a mean
+    cannot leave it). Returns `(low, high)`, arrays with one entry per column.
 
     Raises:
         ValueError: on no rows, a cluster list of the wrong length, or a confidence outside (0, 1).
@@ -67,9 +77,37 @@ def cluster_bootstrap_ci(
         weights = rng.multinomial(n_clusters, uniform, size=stop - start).astype(np.float64)
         means[start:stop] = (weights @ sums) / (weights @ sizes)[:, None]
     alpha = 1.0 - confidence
-    low = np.quantile(means, alpha / 2, axis=0)
-    high = np.quantile(means, 1 - alpha / 2, axis=0)
+    estimate = sums.sum(axis=0) / sizes.sum()
+    upper = np.quantile(means, 1 - alpha / 2, axis=0)
+    lower = np.quantile(means, alpha / 2, axis=0)
+    low = np.maximum(matrix.min(axis=0), 2 * estimate - upper)
+    high = np.minimum(matrix.max(axis=0), 2 * estimate - lower)
     return np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+
+
+def basic_interval(
+    estimate: float | None,
+    replicates: Sequence[float | None],
+    *,
+    confidence: float = 0.95,
+    bounds: tuple[float, float] = (-math.inf, math.inf),
+) -> tuple[float, float] | None:
+    """The basic bootstrap interval of `estimate` from its resampled `replicates` (each the same
+    estimator on one resample; None where it is undefined there), clipped to `bounds`.
+
+    None — no interval — when the estimate or every replicate is undefined, when the replicates
+    do not vary (a point is no interval: the data hold too little to resample), or when they lie
+    on one side of the estimate beyond the interval's quantiles: a bias the bootstrap cannot
+    correct, where an interval would not contain its own estimate.
+    """
+    values = np.array([r for r in replicates if r is not None], dtype=np.float64)
+    if estimate is None or values.size == 0 or values.min() == values.max():
+        return None
+    alpha = (1.0 - confidence) / 2
+    lower, upper = (float(q) for q in np.quantile(values, [alpha, 1.0 - alpha]))
+    if not lower <= estimate <= upper:
+        return None
+    return max(bounds[0], 2 * estimate - upper), min(bounds[1], 2 * estimate - lower)
 
 
 def _as_matrix(values: npt.ArrayLike) -> FloatArray:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from evalkit.cli import app
@@ -107,8 +108,9 @@ def test_compare_with_repeated_sides_groups_cells_and_prints_verdicts(tmp_path: 
         ],
     )
     assert result.exit_code == 0, result.output
-    assert "retail · m: " in result.output
-    assert "telecom · test-model: score equivalent within ±5" in result.output
+    assert "retail · m (bf16 vs int4): " in result.output
+    # Two identical telecom episodes a side: zero variance, so no equivalence is claimed.
+    assert "telecom · test-model (bf16 vs int4): score B − A +0.0, not tested" in result.output
 
 
 def test_compare_refuses_ambiguous_sides(tmp_path: Path) -> None:
@@ -159,3 +161,124 @@ def test_report_of_one_run_needs_no_second_side(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "Comparison" not in (tmp_path / "one.html").read_text(encoding="utf-8")
+
+
+# -- a run directory, as `make demo` writes it -------------------------------------------------
+
+
+def _evalkit(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real `evalkit` program, run from the repository."""
+    return subprocess.run(
+        [sys.executable, "-m", "evalkit.cli", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What `make demo` writes (`evalkit replay --domain retail --out DIR`: its four arms), on
+    the first twelve tasks."""
+    out = tmp_path_factory.mktemp("demo") / "demo"
+    tasks = ",".join(str(i) for i in range(12))
+    proc = _evalkit("replay", "--domain", "retail", "--out", str(out), "--tasks", tasks)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_compare_of_a_run_directory_compares_its_arms_as_the_headline_does(
+    demo_dir: Path,
+) -> None:
+    proc = _evalkit("compare", str(demo_dir), "--resamples", "200")
+    assert proc.returncode == 0, proc.stderr
+    verdicts = [line.split(":")[0] for line in proc.stdout.splitlines() if ": score " in line]
+    assert verdicts == [
+        "retail · sim-bf16 vs sim-int4",
+        "retail · sim-bf16 (bf16 vs bf16+repair)",
+        "retail · sim-int4 (int4 vs int4+repair)",
+    ]
+
+
+def test_analyze_of_a_run_directory_shows_every_arm(demo_dir: Path) -> None:
+    proc = _evalkit("analyze", str(demo_dir), "--json", "--resamples", "200")
+    assert proc.returncode == 0, proc.stderr
+    arms = json.loads(proc.stdout)
+    assert list(arms) == ["bf16", "bf16+repair", "int4", "int4+repair"]
+    assert {arm["label"] for arm in arms.values()} == set(arms)
+
+
+def test_report_of_a_run_directory_names_the_arms(demo_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    proc = _evalkit("report", str(demo_dir), "-o", str(out), "--resamples", "200")
+    assert proc.returncode == 0, proc.stderr
+    page = out.read_text(encoding="utf-8")
+    assert "int4 vs int4+repair" in page
+    assert "sim-bf16 vs sim-int4" in page
+    # The header's words are the budgets' own, the one these episodes ran under first; the
+    # intervals' method, seed and resamples are stated.
+    assert "Budget curve: proxy experienced-failure budget" in page
+    assert "the first curve is the budget the runs ran under" in page
+    assert "when its tool errors reached k" not in page
+    assert "basic bootstrap over tasks, seed 0, 200 resamples" in page
+
+
+def test_two_run_directories_pair_their_arms_by_name(demo_dir: Path) -> None:
+    proc = _evalkit("compare", str(demo_dir), str(demo_dir), "--resamples", "200")
+    assert proc.returncode == 0, proc.stderr
+    assert "retail · sim-int4 (int4+repair): score " in proc.stdout
+
+
+def test_arms_of_different_configurations_are_never_pooled(demo_dir: Path) -> None:
+    proc = _evalkit(
+        *("compare", "--a", str(demo_dir / "int4" / "results.json")),
+        *("--a", str(demo_dir / "int4+repair" / "results.json")),
+        *("--b", str(demo_dir / "bf16" / "results.json")),
+    )
+    assert proc.returncode == 2
+    assert "not trials of one configuration" in proc.stderr
+    assert "repair off vs reask" in proc.stderr
+
+
+def test_identical_paired_rewards_give_no_interval_and_no_equivalence(tmp_path: Path) -> None:
+    """Eight tasks, the same reward on both sides: zero variance proves nothing."""
+    sims = [episode(str(t), [Call(OK)], reward=float(t % 2)) for t in range(8)]
+    a = write(tmp_path / "a.json", results(sims, model="m"))
+    b = write(tmp_path / "b.json", results(sims, model="m"))
+    result = runner.invoke(app, ["compare", str(a), str(b), "--resamples", "200"])
+    assert result.exit_code == 0, result.output
+    assert "equivalent" not in result.output
+    assert "not tested: the paired differences do not vary (every one of 8 tasks +0.0)" in (
+        " ".join(result.output.split())
+    )
+    assert "12.5 points" in result.output
+
+
+def test_wrong_name_correlation_is_shown_under_the_threshold_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    """Six wrong-name calls in A, nine in B, over three names: ρ with its interval and a warning."""
+    good = [Call(OK), Call(OK)]
+    a_names = {0: "get_weather", 1: "get_weather", 2: "get_weather", 3: "lookup", 4: "lookup"}
+    a_names |= {5: "find_user"}
+    b_names = {0: "get_weather", 1: "lookup", 2: "get_weather", 3: "lookup", 4: "get_weather"}
+    b_names |= {5: "find_user", 6: "get_weather", 7: "lookup", 8: "get_weather"}
+    tasks = range(12)
+    a = [
+        episode(str(t), [*[Call(UNKNOWN, a_names.get(t, ""))] * (t in a_names), *good])
+        for t in tasks
+    ]
+    b = [
+        episode(str(t), [*[Call(UNKNOWN, b_names.get(t, ""))] * (t in b_names), *good])
+        for t in tasks
+    ]
+    a_file = write(tmp_path / "a.json", results(a, model="m"))
+    b_file = write(tmp_path / "b.json", results(b, model="m"))
+    result = runner.invoke(app, ["compare", str(a_file), str(b_file), "--json"])
+    assert result.exit_code == 0, result.output
+    (cell,) = json.loads(result.stdout)["cells"]
+    assert cell["spearman"]["wrong_tool_names"] is not None
+    assert "wrong tool names ρ" in cell["verdict"]
+    assert "warning: only 6 (A) and 9 (B) wrong-name calls" in cell["verdict"]

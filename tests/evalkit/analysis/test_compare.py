@@ -100,15 +100,22 @@ def test_the_verdict_names_the_score_the_damaged_channel_and_the_widest_gap(
     assert "gap at budget 2: 58.3 points (8.3 at 10)" in verdict
 
 
-def test_a_run_compared_with_itself_is_equivalent_with_no_gap(tmp_path: Path) -> None:
+def test_a_run_compared_with_itself_draws_no_conclusion_from_zero_variance(
+    tmp_path: Path,
+) -> None:
+    """Identical paired rewards have no spread: no interval and no TOST "equivalence" from it."""
     a = _reference(tmp_path)
     cell = compare_runs(a, a, resamples=500)
-    assert cell.equivalent
+    assert not cell.equivalent
+    assert cell.tost is None
     assert cell.difference == 0.0
     assert all(g.gap == 0.0 for g in cell.gaps)
     assert cell.novel_share == 0.0
+    assert cell.to_dict()["ci_low"] is None
     assert cell.verdict() == (
-        "score equivalent within ±7.5 (B − A +0.0 [+0.0, +0.0]), "
+        "score B − A +0.0, not tested: the paired differences do not vary (every one of 12 tasks "
+        "+0.0), so no interval or equivalence test can be drawn; one task that flips moves the "
+        "score by 8.3 points — more tasks or trials (--trials) needed, "
         "too few wrong-name calls to compare (A 3, B 3; 10 a side needed), "
         "no channel's rate changed significantly, the same score at every budget"
     )
@@ -195,20 +202,23 @@ def test_the_comparison_serialises_every_figure(tmp_path: Path) -> None:
     assert data["verdict"] == cell.verdict()
 
 
-def test_signature_statistics_need_enough_failures_and_then_carry_intervals(
+def test_signature_statistics_are_shown_with_a_warning_under_the_threshold(
     tmp_path: Path,
 ) -> None:
     small = compare_runs(_reference(tmp_path), _damaged(tmp_path), resamples=500)
-    # A makes 3 wrong-name calls: too few for a rank correlation to mean anything.
+    # A makes 3 wrong-name calls: too few for a rank correlation to mean much, but it is shown.
     assert not small.wrong_names.enough
+    assert small.wrong_names.correlation == 1.0
+    assert "wrong tool names ρ 1.00" in small.verdict()
+    assert "warning: only 3 (A) and 15 (B) wrong-name calls" in small.verdict()
+    # Every resample gives ρ = 1 (two names, in the same order): a point, not an interval.
     assert small.wrong_names.correlation_ci is None
-    assert "too few wrong-name calls to compare (A 3, B 15" in small.verdict()
+    assert small.wrong_names.novel_ci is not None
     damaged = _damaged(tmp_path)
     large = compare_runs(damaged, damaged, resamples=500)
     stats = large.wrong_names
     assert stats.enough
-    assert stats.correlation_ci is not None
-    assert stats.novel_ci is not None
+    assert stats.warning() is None
     assert stats.novel == 0.0
-    assert stats.novel_ci == (0.0, 0.0)
-    assert "wrong tool names ρ" in large.verdict()
+    assert stats.novel_ci is None  # 0 in every resample
+    assert "no interval for ρ" in large.verdict()

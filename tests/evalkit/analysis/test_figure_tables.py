@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from evalkit.analysis.budget import Budget
+from evalkit.analysis.compare import compare_runs
 from evalkit.analysis.figure_tables import (
     NONE,
+    budget_ci_table,
     budget_order,
     budget_table,
     interval,
@@ -57,3 +59,13 @@ def test_a_budget_table_has_a_cell_for_every_budget_up_to_the_runs_own(tmp_path:
     assert [c.header for c in table.columns] == ["run", "k=0", "k=1", "k=2"]
     assert table.rows[0][0] == run.label
     assert table.rows[0][1] == "0.0"  # no episode passes with no budget at all
+
+
+def test_a_figure_whose_values_do_not_vary_shows_no_interval(tmp_path: Path) -> None:
+    """At k = 0 every episode scores 0, and a run against itself differs by 0 everywhere: a point
+    is shown as such, never as an interval [x, x]."""
+    run = _run(tmp_path)
+    cell = compare_runs(run, run, resamples=200)
+    table = budget_ci_table((run, run), cell.budget, cell)
+    assert table.rows[0][1:] == ["0.0 (no spread)", "0.0 (no spread)", "+0.0 (no spread)"]
+    assert all(row[-1] == "+0.0 (no spread)" for row in table.rows)

@@ -183,12 +183,12 @@ def test_spearman_is_undefined_for_constant_or_single_samples() -> None:
 # -- bootstrap ---------------------------------------------------------------------------------
 
 
-def test_bootstrap_interval_agrees_with_scipys_percentile_bootstrap() -> None:
+def test_bootstrap_interval_agrees_with_scipys_basic_bootstrap() -> None:
     rng = np.random.default_rng(11)
     values = rng.normal(0.3, 1.0, 200)
     low, high = cluster_bootstrap_ci(values, resamples=20_000, seed=3)
     reference = sp.bootstrap(
-        (values,), np.mean, method="percentile", n_resamples=20_000, random_state=4
+        (values,), np.mean, method="basic", n_resamples=20_000, random_state=4
     ).confidence_interval
     # Two independent Monte Carlo estimates of the same quantiles: equal to sampling error.
     assert low[0] == pytest.approx(reference.low, abs=0.02)
@@ -243,5 +243,5 @@ def test_clustered_bootstrap_covers_a_known_difference_95_percent_of_the_time_ov
     None
 ):
     coverage = _coverage(1000, tasks=50, trials=4, resamples=2000)
-    # 1000 repetitions: standard error 0.7 points; the percentile bootstrap runs a little narrow.
+    # 1000 repetitions: standard error 0.7 points; the bootstrap runs a little narrow.
     assert 0.925 <= coverage <= 0.97
