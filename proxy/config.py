@@ -47,6 +47,24 @@ class UpstreamConfig(BaseModel):
         description="Seconds an idle pooled connection is kept: below the server's own keep-alive "
         "(5 s for vLLM and uvicorn), so a connection is never reused just as the server closes it.",
     )
+    # Limits on what one answer may cost (DESIGN §9): past one, the answer ends in the protocol's
+    # error and one `upstream_error`.
+    max_response_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="Bytes of one answer read whole (a plain answer, any error body), counted "
+        "decoded: a compressed body stops at this size as it is decoded.",
+    )
+    max_stream_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        ge=1024,
+        description="Bytes of one streamed answer, counted decoded.",
+    )
+    max_stream_seconds: float = Field(
+        default=1800.0,
+        gt=0,
+        description="Seconds one streamed answer may last from its request, however lively.",
+    )
     structured_outputs: StructuredOutputs = Field(
         default=StructuredOutputs.AUTO,
         description="Whether `repair: constrain` and `enforce_strict` may ask this upstream for "
