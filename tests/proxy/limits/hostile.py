@@ -4,6 +4,7 @@ compression bombs, error bodies over a cap, streams that never end."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import gzip
 import zlib
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from starlette.routing import Route
 MB = 1024 * 1024
 
 
+@functools.cache
 def gzip_bomb(decoded: int) -> bytes:
     """A gzip body that decodes to `decoded` zero bytes (about a thousandth of it on the wire)."""
     compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
