@@ -184,6 +184,20 @@ class Settings(BaseSettings):
     max_schema_depth: int = Field(
         default=64, ge=1, description="Nesting of objects and arrays in one tool's parameters."
     )
+    # What tool lists may cost (DESIGN §9): compiled on the event loop, and kept compiled.
+    max_tools_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="Bytes of one request's tool list (its compact JSON); a larger one is refused "
+        "with 413 (compiling it would hold every other request meanwhile).",
+    )
+    tool_cache_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=0,
+        description="Bytes of tool-list JSON kept compiled, least recently used dropped first; a "
+        "compiled list holds about 18 times its JSON, so 8 MB keeps ~150 lists of Claude Code's "
+        "size in ~150 MB.",
+    )
 
     log_level: LogLevel = "info"
     log_bodies: bool = False
