@@ -293,7 +293,10 @@ class _Try:
         if isinstance(exc, Exception):
             mapped = self.failed(exc)
             if mapped is not exc:
-                raise mapped from exc
+                try:
+                    raise mapped from exc
+                finally:  # the raise's traceback holds this frame: no cycle through its locals
+                    del mapped, exc, traceback
 
 
 class HttpUpstream:

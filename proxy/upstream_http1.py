@@ -50,6 +50,7 @@ Errors, all translated into the proxy's `Upstream*` errors by `proxy.upstream` (
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
 import operator
 import ssl
@@ -335,7 +336,7 @@ class AwaitedResponse(Response):
         """Wait for the status and headers. Raises what ended the response before them."""
         while not self._headed:
             if self._error is not None:
-                raise self._error
+                raise self._failure()
             await self._wait()
 
     async def read(self) -> bytes:
@@ -346,7 +347,7 @@ class AwaitedResponse(Response):
             self._connection.resume()
         while not self.complete:
             if self._error is not None:
-                raise self._error
+                raise self._failure()
             await self._wait()
         body = b"".join(self._chunks)
         self._chunks.clear()
@@ -365,8 +366,16 @@ class AwaitedResponse(Response):
             if self.complete:
                 return
             if self._error is not None:
-                raise self._error
+                raise self._failure()
             await self._wait()
+
+    def _failure(self) -> BaseException:
+        """What ended the response, to raise: a copy, so the raise's traceback (whose frames hold
+        this response, and the body read so far) is never attached to `_error`, which this
+        response holds: that would be a reference cycle, freed only by the cycle collector."""
+        error = self._error
+        assert error is not None
+        return copy.copy(error)
 
     async def _wait(self) -> None:
         waiter = self._waiter = self._loop.create_future()
@@ -476,6 +485,7 @@ class Connection(asyncio.Protocol):
         return False  # the transport closes itself; connection_lost says what it ended
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._drop_parser()
         self.closed = True
         self.reusable = False
         self._pool.unwatch(self)
@@ -495,6 +505,12 @@ class Connection(asyncio.Protocol):
                 )
             response._fail(error)
         self._pool._lost(self)
+
+    def _drop_parser(self) -> None:
+        """Let go of the parser once nothing more is read: it holds this connection's methods
+        (its callbacks), a reference cycle that only the cycle collector would free, with the
+        response and the body read so far in it."""
+        self.__dict__.pop("_parser", None)
 
     # -- httptools' callbacks (the parser calls them on this object)
 

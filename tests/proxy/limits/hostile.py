@@ -57,6 +57,13 @@ async def endless(first: list[bytes], piece: bytes, pause: float) -> AsyncIterat
         await asyncio.sleep(pause)
 
 
+async def breaks_off(pieces: list[bytes]) -> AsyncIterator[bytes]:
+    """`pieces`, then a failure: the server drops the connection mid-body."""
+    for piece in pieces:
+        yield piece
+    raise ConnectionAbortedError("the hostile upstream breaks off here")
+
+
 def opening(api: str) -> list[bytes]:
     """What a stream of `api` sends before its text: the events that open a message."""
     if api == "responses":
@@ -130,7 +137,12 @@ class Hostile:
         if self.mode == "small_gzip":  # under the cap: decoded and answered
             body = orjson.dumps(_completion("fine"))
             return Response(gzip.compress(body), headers={**json, "content-encoding": "gzip"})
+        if self.mode == "breaks":  # a 200 that breaks off in the middle of its body
+            return StreamingResponse(breaks_off([b'{"pad": "' + b"x" * self.size]), headers=json)
         sse = {"content-type": "text/event-stream"}
+        if self.mode == "breaks_stream":  # a stream that breaks off in the middle
+            pieces = [*opening(api), *[text_piece(api, "z" * 4096)] * (self.size // 4096)]
+            return StreamingResponse(breaks_off(pieces), headers=sse)
         if self.mode == "endless":  # text as fast as it goes: the byte cap ends it
             piece = text_piece(api, "y" * 4096)
             return StreamingResponse(endless(opening(api), piece, 0), headers=sse)
