@@ -234,15 +234,16 @@ def compile_tools(tools: object, limits: GuardLimits = DEFAULT_LIMITS) -> ToolIn
         if index is not None:
             return index
     canonical = _canonical_json(tools, limits)
-    if len(canonical) > limits.max_tools_bytes:
-        raise PayloadTooLargeError(
-            f"the tools' JSON is {len(canonical)} bytes; the limit is "
-            f"max_tools_bytes={limits.max_tools_bytes}",
-            param="tools",
-        )
     key = (hashlib.sha256(canonical).digest(), limits)
     index = _CACHE.get(key)
     if index is None:
+        if len(canonical) > limits.max_tools_bytes:
+            _checked(tools, limits)  # a tool's own fault is named first
+            raise PayloadTooLargeError(
+                f"the tools take {len(canonical)} bytes as JSON; the limit is "
+                f"max_tools_bytes={limits.max_tools_bytes}",
+                param="tools",
+            )
         # Compile from a private copy: the cached index must not alias the caller's request.
         index = _build(copy.deepcopy(tools), limits)
         _CACHE.put(key, index, len(canonical))
@@ -503,9 +504,21 @@ def _is_blank(message: Mapping[str, Any]) -> bool:
 
 
 def _build(tools: list[object], limits: GuardLimits) -> ToolIndex:
+    schemas, pending = _checked(tools, limits)
+    validators = {
+        name: _compile_schema(position, name, parameters) for position, name, parameters in pending
+    }
+    return ToolIndex(schemas, validators)
+
+
+def _checked(
+    tools: list[object], limits: GuardLimits
+) -> tuple[dict[str, dict[str, Any]], list[tuple[int, str, dict[str, Any]]]]:
+    """Each tool checked (BadRequestError for the first at fault): the declared schemas by name,
+    and the position, name and schema of each one to compile."""
     schemas: dict[str, dict[str, Any]] = {}
-    validators: dict[str, jsonschema_rs.Validator] = {}
     declared: dict[str, object] = {}
+    pending: list[tuple[int, str, dict[str, Any]]] = []  # compiled once all are checked
     for position, tool in enumerate(tools):
         if not isinstance(tool, dict):
             raise _bad(f"tools[{position}] must be a tool object, not {_json_type(tool)}")
@@ -535,8 +548,8 @@ def _build(tools: list[object], limits: GuardLimits) -> ToolIndex:
             raise _bad(f"tools[{position}] ('{name}'): parameters must be a JSON Schema object")
         _check_size(position, name, parameters, limits)
         schemas[name] = parameters
-        validators[name] = _compile_schema(position, name, parameters)
-    return ToolIndex(schemas, validators)
+        pending.append((position, name, parameters))
+    return schemas, pending
 
 
 def _compile_schema(position: int, name: str, schema: dict[str, Any]) -> jsonschema_rs.Validator:
