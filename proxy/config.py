@@ -61,6 +61,24 @@ class UpstreamConfig(BaseModel):
         description="Seconds an idle pooled connection is kept: below the server's own keep-alive "
         "(5 s for vLLM and uvicorn), so a connection is never reused just as the server closes it.",
     )
+    # Limits on what one answer may cost (DESIGN §9): past one, the answer ends in the protocol's
+    # error and one `upstream_error`.
+    max_response_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="Bytes of one answer read whole (a plain answer, any error body), counted "
+        "decoded: a compressed body stops at this size as it is decoded.",
+    )
+    max_stream_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        ge=1024,
+        description="Bytes of one streamed answer, counted decoded.",
+    )
+    max_stream_seconds: float = Field(
+        default=1800.0,
+        gt=0,
+        description="Seconds one streamed answer may last from its request, however lively.",
+    )
     structured_outputs: StructuredOutputs = Field(
         default=StructuredOutputs.AUTO,
         description="Whether `repair: constrain` and `enforce_strict` may ask this upstream for "
@@ -300,6 +318,20 @@ class Settings(BaseSettings):
     """Largest parameters schema of one tool, in bytes of JSON."""
     max_schema_depth: int = Field(
         default=64, ge=1, description="Nesting of objects and arrays in one tool's parameters."
+    )
+    # What tool lists may cost (DESIGN §9): compiled on the event loop, and kept compiled.
+    max_tools_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="Bytes of one request's tool list (its compact JSON); a larger one is refused "
+        "with 413 (compiling it would hold every other request meanwhile).",
+    )
+    tool_cache_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=0,
+        description="Bytes of tool-list JSON kept compiled, least recently used dropped first; a "
+        "compiled list holds about 18 times its JSON, so 8 MB keeps ~150 lists of Claude Code's "
+        "size in ~150 MB.",
     )
 
     log_level: LogLevel = "info"

@@ -65,6 +65,8 @@ from proxy.upstream_http1 import (
     Origin,
     Pool,
     Response,
+    TooLarge,
+    TooLong,
 )
 
 RETRYABLE_STATUS = frozenset({502, 503, 504})
@@ -297,7 +299,10 @@ class _Try:
         if isinstance(exc, Exception):
             mapped = self.failed(exc)
             if mapped is not exc:
-                raise mapped from exc
+                try:
+                    raise mapped from exc
+                finally:  # the raise's traceback holds this frame: no cycle through its locals
+                    del mapped, exc, traceback
 
 
 class HttpUpstream:
@@ -327,6 +332,9 @@ class HttpUpstream:
                 keepalive=self.config.keepalive_timeout,
                 connect_timeout=self.config.connect_timeout,
                 read_timeout=self.config.timeout,
+                max_response_bytes=self.config.max_response_bytes,
+                max_stream_bytes=self.config.max_stream_bytes,
+                max_stream_seconds=self.config.max_stream_seconds,
             )
         return pool
 
@@ -439,6 +447,7 @@ class HttpUpstream:
         body: bytes | None,
         attempt: _Try,
         fresh: bool,
+        streamed: bool = False,
     ) -> tuple[Connection, AwaitedResponse]:
         """Send one try on a connection of `pool` (`fresh`: a new one) and wait for its
         response's head; the caller maps what it raises (`with attempt`) and releases the
@@ -447,7 +456,7 @@ class HttpUpstream:
         connection: here, for every mode."""
         while True:
             connection, response = await pool.send(
-                method, prepared.target, attempt.headers, body, fresh
+                method, prepared.target, attempt.headers, body, fresh, streamed
             )
             try:
                 await response.head()
@@ -490,7 +499,9 @@ class HttpUpstream:
         pool = self.pool()
         start = time.perf_counter()
         with attempt:
-            connection, response = await self._open(pool, method, prepared, body, attempt, False)
+            connection, response = await self._open(
+                pool, method, prepared, body, attempt, False, streamed=True
+            )
             if response.status not in RETRYABLE_STATUS:
                 return pool, connection, response, attempt
             try:
@@ -731,6 +742,8 @@ _TRANSLATIONS: tuple[
     (TimeoutError, UpstreamTimeoutError, "timed out"),
     (BrokenOff, UpstreamProtocolError, "broke off its response"),
     (InvalidResponse, UpstreamProtocolError, "sent an invalid response"),
+    (TooLarge, UpstreamProtocolError, "sent a response over the proxy's limit"),
+    (TooLong, UpstreamTimeoutError, "streamed past the proxy's limit"),
     (ClosedEarly, UpstreamConnectError, "closed the connection before answering"),
     ((ConnectionError, socket.gaierror), UpstreamConnectError, "is unreachable"),
     (OSError, UpstreamConnectError, "failed"),

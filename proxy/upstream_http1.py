@@ -28,6 +28,11 @@ this module keeps only the part the proxy needs:
   socket (back-pressure) rather than buffering, and its silence does not count meanwhile.
 - gzip and deflate bodies are decoded (the proxy asks for neither; a server may send them anyway).
 - 1xx interim answers (`100 Continue`, `103 Early Hints`) are skipped: the answer is the final one.
+- A body is capped in bytes, decoded ones (`Pool`'s `max_response_bytes` for one read whole and
+  for any error body, `max_stream_bytes` for a stream): a compressed body is decoded no further
+  than the cap, so a compression bomb costs the cap, not its decoded size. A stream is capped in
+  duration too (`max_stream_seconds`, checked by the silence sweep). Past a cap the response
+  fails (`TooLarge`, `TooLong`) and its connection is closed.
 
 How the connections are opened (TCP, TLS) is `Origin`'s alone (`Origin.of`, `Origin.connect`):
 proxies, TLS options and Unix sockets go there.
@@ -38,12 +43,16 @@ Errors, all translated into the proxy's `Upstream*` errors by `proxy.upstream` (
     ├── ClosedEarly      the connection closed before the response's first byte
     ResponseError
     ├── BrokenOff        the connection ended, or failed, in the middle of the response
-    └── InvalidResponse  bytes that are not an HTTP/1.1 response (or an encoding not asked for)
+    ├── InvalidResponse  bytes that are not an HTTP/1.1 response (or an encoding not asked for)
+    ├── TooLarge         a body over its cap in bytes
+    └── TooLong          a stream past its cap in seconds
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import math
 import operator
 import ssl
 import zlib
@@ -62,6 +71,7 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 # Request heads remembered per pool (see `Pool.head`); a trace's `traceparent` makes every head
 # new, so the memo is emptied when full rather than grown.
 _MAX_HEADS = 256
+_UNCAPPED = 1 << 62  # a body cap that never binds
 
 
 class ClosedEarly(ConnectionError):
@@ -80,7 +90,15 @@ class InvalidResponse(ResponseError):
     """What the server sent is not an HTTP/1.1 response this client reads."""
 
 
-ERRORS: tuple[type[Exception], ...] = (ClosedEarly, BrokenOff, InvalidResponse)
+class TooLarge(ResponseError):
+    """The body went over its cap in bytes (decoded)."""
+
+
+class TooLong(ResponseError):
+    """The streamed body went on past its cap in seconds."""
+
+
+ERRORS: tuple[type[Exception], ...] = (ClosedEarly, BrokenOff, InvalidResponse, TooLarge, TooLong)
 """Every exception class of this module's own that `Pool.send` and a response raise; they raise
 OSError and TimeoutError besides."""
 
@@ -173,10 +191,14 @@ class Response:
         "_headers",
         "_paused",
         "complete",
+        "deadline",
+        "error_limit",
         "got_bytes",
         "head_only",
+        "limit",
         "raw_headers",
         "status",
+        "taken",
     )
 
     _connection: Connection  # the connection it is read from, from when its request goes out
@@ -194,6 +216,11 @@ class Response:
         self._error: BaseException | None = None
         self._decoder: zlib._Decompress | None = None
         self._ends_at_close = False
+        # The caps (`Pool.send` sets them): body bytes (decoded), and for an error status the
+        # lower `error_limit`; the loop time a stream must have ended by. `taken`: bytes so far.
+        self.limit = self.error_limit = _UNCAPPED
+        self.deadline = math.inf
+        self.taken = 0
 
     def _fail(self, error: BaseException) -> None:
         if self.complete or self._error is not None:
@@ -242,16 +269,27 @@ class Response:
         self._headed = True
         self._wake()
 
-    def _decoded(self, body: bytes) -> bytes | None:
-        """`body` decoded (gzip, deflate); None when it does not decode (the response failed)."""
-        assert self._decoder is not None
-        try:
-            return self._decoder.decompress(body)
-        except zlib.error as exc:
-            self._connection.broken(InvalidResponse(f"a body that does not decode: {exc}"))
+    def _take(self, body: bytes) -> bytes | None:
+        """`body` decoded (gzip, deflate) and counted against the cap; None when it does not
+        decode or goes over the cap (the response failed). A compressed piece is decoded no
+        further than one byte past the cap: a bomb never expands in memory beyond it."""
+        limit = self.limit if self.status < 400 else min(self.limit, self.error_limit)
+        if self._decoder is not None:
+            try:
+                body = self._decoder.decompress(body, limit - self.taken + 1)
+            except zlib.error as exc:
+                self._connection.broken(InvalidResponse(f"a body that does not decode: {exc}"))
+                return None
+        self.taken += len(body)
+        if self.taken > limit:
+            what = "an error body" if self.status >= 400 else "a body"
+            self._connection.broken(TooLarge(f"{what} over the limit of {limit} bytes"))
             return None
+        return body
 
     def on_message_complete(self) -> None:
+        if self._error is not None:  # failed (over a cap, undecodable): it never completes
+            return
         if self._decoder is not None:
             tail = self._decoder.flush()
             if tail:
@@ -299,7 +337,7 @@ class AwaitedResponse(Response):
         """Wait for the status and headers. Raises what ended the response before them."""
         while not self._headed:
             if self._error is not None:
-                raise self._error
+                raise self._failure()
             await self._wait()
 
     async def read(self) -> bytes:
@@ -310,7 +348,7 @@ class AwaitedResponse(Response):
             self._connection.resume()
         while not self.complete:
             if self._error is not None:
-                raise self._error
+                raise self._failure()
             await self._wait()
         body = b"".join(self._chunks)
         self._chunks.clear()
@@ -329,8 +367,16 @@ class AwaitedResponse(Response):
             if self.complete:
                 return
             if self._error is not None:
-                raise self._error
+                raise self._failure()
             await self._wait()
+
+    def _failure(self) -> BaseException:
+        """What ended the response, to raise: a copy, so the raise's traceback (whose frames hold
+        this response, and the body read so far) is never attached to `_error`, which this
+        response holds: that would be a reference cycle, freed only by the cycle collector."""
+        error = self._error
+        assert error is not None
+        return copy.copy(error)
 
     async def _wait(self) -> None:
         waiter = self._waiter = self._loop.create_future()
@@ -345,11 +391,10 @@ class AwaitedResponse(Response):
             waiter.set_result(None)
 
     def on_body(self, body: bytes) -> None:
-        if self._decoder is not None:
-            decoded = self._decoded(body)
-            if decoded is None:
-                return
-            body = decoded
+        taken = self._take(body)
+        if taken is None:
+            return
+        body = taken
         self._chunks.append(body)
         self._size += len(body)
         if self._size > _HIGH_WATER and not self._paused and not self._whole:
@@ -390,10 +435,8 @@ class Delivery(Response):
 
     def on_body(self, body: bytes) -> None:
         # No reader to wake before the end, and no back-pressure.
-        if self._decoder is None:
-            self._chunks.append(body)
-        elif (decoded := self._decoded(body)) is not None:
-            self._chunks.append(decoded)
+        if (taken := self._take(body)) is not None:
+            self._chunks.append(taken)
 
     def _wake(self) -> None:
         if self._over or (not self.complete and self._error is None):
@@ -444,6 +487,7 @@ class Connection(asyncio.Protocol):
         return False  # the transport closes itself; connection_lost says what it ended
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._drop_parser()
         self.closed = True
         self.reusable = False
         self._pool.unwatch(self)
@@ -463,6 +507,12 @@ class Connection(asyncio.Protocol):
                 )
             response._fail(error)
         self._pool._lost(self)
+
+    def _drop_parser(self) -> None:
+        """Let go of the parser once nothing more is read: it holds this connection's methods
+        (its callbacks), a reference cycle that only the cycle collector would free, with the
+        response and the body read so far in it."""
+        self.__dict__.pop("_parser", None)
 
     # -- httptools' callbacks (the parser calls them on this object)
 
@@ -525,12 +575,22 @@ class Connection(asyncio.Protocol):
         response = self._response
         if response is None or response.complete:
             return False
+        if now >= response.deadline:
+            return self._past_deadline(response)
         if response.paused:  # the reader is behind, not the server: wait for the reader
             self._last_read = now
             return True
         if now - self._last_read < timeout:
             return True
         response._fail(TimeoutError(f"no data from the server for {timeout:g} s"))
+        self.reusable = False
+        self.close()
+        return False
+
+    def _past_deadline(self, response: Response) -> bool:
+        """The sweep found `response` past its deadline (`max_stream_seconds`): failed, the
+        connection closed, unwatched."""
+        response._fail(TooLong("a streamed body past its limit in seconds"))
         self.reusable = False
         self.close()
         return False
@@ -579,8 +639,14 @@ class Pool:
         keepalive: float,
         connect_timeout: float,
         read_timeout: float,
+        max_response_bytes: int = _UNCAPPED,
+        max_stream_bytes: int = _UNCAPPED,
+        max_stream_seconds: float = math.inf,
     ) -> None:
         self.origin = origin
+        self.max_response_bytes = max_response_bytes
+        self.max_stream_bytes = max_stream_bytes
+        self.max_stream_seconds = max_stream_seconds
         self.loop = asyncio.get_running_loop()
         self.limit = limit
         self.keepalive = keepalive
@@ -609,9 +675,11 @@ class Pool:
         headers: Mapping[str, str],
         body: bytes | None,
         fresh: bool = False,
+        streamed: bool = False,
     ) -> tuple[Connection, AwaitedResponse]:
         """Send a request on an idle connection, or a new one (`fresh`: always a new one); the
-        connection it went out on, and its response (see `AwaitedResponse`).
+        connection it went out on, and its response (see `AwaitedResponse`), capped as a stream
+        when it is to be read as one (`streamed`), else as a body read whole.
 
         Raises OSError or TimeoutError when no connection could be made, ValueError for a header
         with a line break, and RuntimeError once the pool is closed.
@@ -620,8 +688,19 @@ class Pool:
         connection = await (self._new_connection() if fresh else self._connection())
         # A HEAD's response has no body whatever its length says.
         response = AwaitedResponse(connection, self.loop, head_only=method == "HEAD")
+        self._cap(response, streamed)
         connection.send(head, body, response)
         return connection, response
+
+    def _cap(self, response: Response, streamed: bool) -> None:
+        """Set `response`'s caps: a stream's bytes and deadline, or a whole body's bytes; an
+        error body is read whole, so it has the lower of the two."""
+        response.error_limit = self.max_response_bytes
+        if streamed:
+            response.limit = self.max_stream_bytes
+            response.deadline = self.loop.time() + self.max_stream_seconds
+        else:
+            response.limit = self.max_response_bytes
 
     def idle_connection(self) -> Connection | None:
         """An idle connection to send a request on with `deliver` (None: none is idle)."""
@@ -644,6 +723,7 @@ class Pool:
         Raises ValueError for a header with a line break (the connection stays idle).
         """
         delivery._connection = connection
+        self._cap(delivery, streamed=False)
         try:
             head = self.head(method, target, headers, body)
         except ValueError:

@@ -40,11 +40,14 @@ from typing import Any, Final
 import jsonschema_rs
 import orjson
 
-from proxy.errors import BadRequestError
+from proxy.errors import BadRequestError, PayloadTooLargeError
 from proxy.guard.channels import Channel, Violation
 from proxy.guard.leaks import LeakedCall, find_leaked_calls, find_leaked_calls_in_reasoning
 
-CACHE_SIZE: Final = 256
+# Compiled tool lists kept, by the size of their JSON: a compiled list holds about 18 times its
+# JSON (its schemas as Python objects, their validators; measured on 55 KB lists of 20 tools), so
+# 8 MB keeps about 150 lists of Claude Code's size in about 150 MB.
+CACHE_BYTES: Final = 8 * 1024 * 1024
 MAX_REPORTED_ERRORS: Final = 3
 # fancy-regex's default is a million backtracking steps; ten thousand keeps a hostile pattern to
 # well under a millisecond while every realistic pattern is compiled to the linear-time engine.
@@ -62,12 +65,14 @@ class GuardLimits:
     """What a request's `tools` may cost (DESIGN §9); `compile_tools` rejects anything larger.
 
     `max_schema_bytes` and `max_schema_depth` apply to each tool's `parameters` (compact JSON size,
-    nesting of objects and arrays).
+    nesting of objects and arrays); `max_tools_bytes` to the whole list (its compact JSON: a
+    larger one is refused with 413, never compiled).
     """
 
     max_tools: int = 512
     max_schema_bytes: int = 262_144
     max_schema_depth: int = 64
+    max_tools_bytes: int = 1_048_576  # the whole list's compact JSON: compiling it holds the loop
 
 
 DEFAULT_LIMITS: Final = GuardLimits()
@@ -131,39 +136,58 @@ EMPTY_INDEX: Final = ToolIndex({}, {})
 
 
 class _IndexCache:
-    """A bounded LRU of compiled tool lists, keyed by their JSON (or its digest) and the limits."""
+    """A LRU of compiled tool lists bounded by bytes (each entry weighs its tools' JSON), keyed
+    by their JSON (or its digest) and the limits."""
 
-    def __init__(self, maxsize: int) -> None:
-        self.maxsize = maxsize
-        self._entries: OrderedDict[tuple[bytes, GuardLimits], ToolIndex] = OrderedDict()
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[tuple[bytes, GuardLimits], tuple[ToolIndex, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, key: tuple[bytes, GuardLimits]) -> ToolIndex | None:
         with self._lock:
-            index = self._entries.get(key)
-            if index is not None:
-                self._entries.move_to_end(key)
-            return index
-
-    def put(self, key: tuple[bytes, GuardLimits], index: ToolIndex) -> None:
-        with self._lock:
-            self._entries[key] = index
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
             self._entries.move_to_end(key)
-            while len(self._entries) > self.maxsize:
-                self._entries.popitem(last=False)
+            return entry[0]
+
+    def put(self, key: tuple[bytes, GuardLimits], index: ToolIndex, weight: int) -> None:
+        """Keep `index` (its tools' JSON `weight` bytes), dropping the least recently used
+        entries down to the budget; one that alone is over the budget is not kept."""
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.bytes -= old[1]
+            if weight > self.max_bytes:
+                return
+            self._entries[key] = (index, weight)
+            self.bytes += weight
+            while self.bytes > self.max_bytes:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self.bytes -= dropped
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self.bytes = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
 
-_CACHE = _IndexCache(CACHE_SIZE)
-# Keyed by the tools' JSON as sent (not canonical), only for lists small enough to keep as a key.
-_SEEN = _IndexCache(CACHE_SIZE)
+_CACHE = _IndexCache(CACHE_BYTES)
+# Keyed by the tools' JSON as sent (not canonical), only for lists small enough to keep as a key;
+# its entries weigh their key too.
+_SEEN = _IndexCache(CACHE_BYTES)
 _SEEN_KEY_BYTES: Final = 65_536
+
+
+def configure_cache(max_bytes: int) -> None:
+    """Bound the compiled tool lists kept to `max_bytes` of their JSON (the setting
+    `tool_cache_bytes`); entries over the new bound are dropped as the next list comes."""
+    _CACHE.max_bytes = _SEEN.max_bytes = max_bytes
 
 
 def clear_cache() -> None:
@@ -175,6 +199,11 @@ def clear_cache() -> None:
 def cached_tool_lists() -> int:
     """How many compiled tool lists the cache holds now."""
     return len(_CACHE)
+
+
+def cached_tool_bytes() -> int:
+    """The bytes of JSON the compiled tool lists in the cache weigh now (see `configure_cache`)."""
+    return _CACHE.bytes
 
 
 def compile_tools(tools: object, limits: GuardLimits = DEFAULT_LIMITS) -> ToolIndex:
@@ -208,11 +237,18 @@ def compile_tools(tools: object, limits: GuardLimits = DEFAULT_LIMITS) -> ToolIn
     key = (hashlib.sha256(canonical).digest(), limits)
     index = _CACHE.get(key)
     if index is None:
+        if len(canonical) > limits.max_tools_bytes:
+            _checked(tools, limits)  # a tool's own fault is named first
+            raise PayloadTooLargeError(
+                f"the tools take {len(canonical)} bytes as JSON; the limit is "
+                f"max_tools_bytes={limits.max_tools_bytes}",
+                param="tools",
+            )
         # Compile from a private copy: the cached index must not alias the caller's request.
         index = _build(copy.deepcopy(tools), limits)
-        _CACHE.put(key, index)
+        _CACHE.put(key, index, len(canonical))
     if seen_key is not None:
-        _SEEN.put(seen_key, index)
+        _SEEN.put(seen_key, index, len(canonical) + len(sent))
     return index
 
 
@@ -468,9 +504,21 @@ def _is_blank(message: Mapping[str, Any]) -> bool:
 
 
 def _build(tools: list[object], limits: GuardLimits) -> ToolIndex:
+    schemas, pending = _checked(tools, limits)
+    validators = {
+        name: _compile_schema(position, name, parameters) for position, name, parameters in pending
+    }
+    return ToolIndex(schemas, validators)
+
+
+def _checked(
+    tools: list[object], limits: GuardLimits
+) -> tuple[dict[str, dict[str, Any]], list[tuple[int, str, dict[str, Any]]]]:
+    """Each tool checked (BadRequestError for the first at fault): the declared schemas by name,
+    and the position, name and schema of each one to compile."""
     schemas: dict[str, dict[str, Any]] = {}
-    validators: dict[str, jsonschema_rs.Validator] = {}
     declared: dict[str, object] = {}
+    pending: list[tuple[int, str, dict[str, Any]]] = []  # compiled once all are checked
     for position, tool in enumerate(tools):
         if not isinstance(tool, dict):
             raise _bad(f"tools[{position}] must be a tool object, not {_json_type(tool)}")
@@ -500,8 +548,8 @@ def _build(tools: list[object], limits: GuardLimits) -> ToolIndex:
             raise _bad(f"tools[{position}] ('{name}'): parameters must be a JSON Schema object")
         _check_size(position, name, parameters, limits)
         schemas[name] = parameters
-        validators[name] = _compile_schema(position, name, parameters)
-    return ToolIndex(schemas, validators)
+        pending.append((position, name, parameters))
+    return schemas, pending
 
 
 def _compile_schema(position: int, name: str, schema: dict[str, Any]) -> jsonschema_rs.Validator:

@@ -42,7 +42,7 @@ from proxy.guard.repair import (
     strip_invalid,
 )
 from proxy.guard.strict import StrictForm, restore_calls
-from proxy.guard.toolcheck import GuardLimits, ToolIndex, validate
+from proxy.guard.toolcheck import GuardLimits, ToolIndex, configure_cache, validate
 from proxy.headers import MAX_ERRORS_HEADER, REPAIR_HEADER
 from proxy.logs import get_logger, log_request
 from proxy.metrics import CallOutcome, Metrics, ModelLabels, RepairResult, UnknownToolStats
@@ -102,7 +102,9 @@ class Pipeline:
             max_tools=settings.max_tools,
             max_schema_bytes=settings.max_schema_bytes,
             max_schema_depth=settings.max_schema_depth,
+            max_tools_bytes=settings.max_tools_bytes,
         )
+        configure_cache(settings.tool_cache_bytes)
         self._session_headers = tuple(name.lower() for name in settings.session_headers)
         # Set by the app when shadow comparison is on (proxy/shadow.py).
         self.shadow: Shadow | None = None

@@ -46,27 +46,67 @@ class FinishedChoice:
     finish_reason: str
 
 
+class _Text:
+    """A text streamed in pieces, joined once when read: `+=` on an attribute or a dict's item
+    copies the whole text at every delta, quadratic in a long answer, thought or argument."""
+
+    __slots__ = ("_pieces",)
+
+    def __init__(self, first: str = "") -> None:
+        self._pieces = [first] if first else []
+
+    def add(self, piece: str) -> None:
+        self._pieces.append(piece)
+
+    def __str__(self) -> str:
+        pieces = self._pieces
+        if len(pieces) > 1:
+            pieces[:] = ["".join(pieces)]
+        return pieces[0] if pieces else ""
+
+
+@dataclass(slots=True)
+class _Call:
+    """A tool call assembled from its deltas (`full` is its whole shape)."""
+
+    id: Any = None
+    type: str = "function"
+    name: _Text = field(default_factory=_Text)
+    arguments: _Text = field(default_factory=_Text)
+
+    def full(self) -> dict[str, Any]:
+        function = {"name": str(self.name), "arguments": str(self.arguments)}
+        return {"id": self.id, "type": self.type or "function", "function": function}
+
+
 @dataclass(slots=True)
 class _Choice:
     role: str | None = None
-    content: str = ""
-    sent: str = ""  # the content the client has received
+    text: _Text = field(default_factory=_Text)  # the content
+    sent_text: _Text = field(default_factory=_Text)  # the content the client has received
     fields: dict[str, Any] = field(default_factory=dict)  # other delta fields (refusal, reasoning)
-    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    tool_calls: dict[int, _Call] = field(default_factory=dict)
     logprobs: Any = None
     finish_reason: str | None = None
     finish_fields: dict[str, Any] = field(default_factory=dict)  # e.g. vLLM's stop_reason
     opened: bool = False  # the client has seen this choice
     delivered: dict[str, Any] | None = None  # what the client accumulated, once released
 
+    @property
+    def content(self) -> str:
+        return str(self.text)
+
+    @property
+    def sent(self) -> str:
+        return str(self.sent_text)
+
     def message(self, content: str, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
-        message = {"role": self.role or "assistant", "content": content or None, **self.fields}
+        fields = {key: _plain(value) for key, value in self.fields.items()}
+        message = {"role": self.role or "assistant", "content": content or None, **fields}
         return {**message, "tool_calls": tool_calls} if tool_calls else message
 
     def assembled(self) -> dict[str, Any]:
-        return self.message(
-            self.content, [full_tool_call(c) for _, c in sorted(self.tool_calls.items())]
-        )
+        return self.message(self.content, [c.full() for _, c in sorted(self.tool_calls.items())])
 
 
 class ChunkAssembler:
@@ -148,7 +188,7 @@ class ChunkAssembler:
         content, deltas = message.get("content"), list[dict[str, Any]]()
         if isinstance(content, str) and content.startswith(state.sent) and content != state.sent:
             deltas.append({"content": content[len(state.sent) :]})
-            state.sent = content
+            state.sent_text = _Text(content)
         calls = [full_tool_call(call) for call in message.get("tool_calls") or []]
         deltas += [{"tool_calls": [{"index": i, **call}]} for i, call in enumerate(calls)]
         chunks = [self._synthesise(index, delta) for delta in deltas]
@@ -189,7 +229,7 @@ class ChunkAssembler:
             {
                 "index": index,
                 "message": state.assembled() if state.delivered is None else state.delivered,
-                "logprobs": state.logprobs,
+                "logprobs": _plain(state.logprobs),
                 "finish_reason": state.finish_reason,
                 **state.finish_fields,
             }
@@ -216,9 +256,9 @@ class ChunkAssembler:
             elif key == "content":
                 if not isinstance(value, str):
                     raise _sent(f"a non-string `content` delta for choice {index}")
-                state.content += value
+                state.text.add(value)
                 if not self._hold_content:
-                    state.sent += value
+                    state.sent_text.add(value)
                     forwarded[key] = value
             else:
                 state.fields[key] = _merge(state.fields.get(key), value)
@@ -316,15 +356,18 @@ def _absorb_tool_calls(state: _Choice, value: object, index: int) -> None:
     for entry in value if isinstance(value, list) else [None]:
         if not isinstance(entry, dict) or type(entry.get("index")) is not int:
             raise _sent(f"a tool-call delta without an integer `index` for choice {index}")
-        call = state.tool_calls.setdefault(entry["index"], full_tool_call({}))
-        call["id"] = call["id"] or entry.get("id")  # some servers repeat the id on every delta
-        call["type"] = entry.get("type") or call["type"]
+        call = state.tool_calls.get(entry["index"])
+        if call is None:
+            call = state.tool_calls[entry["index"]] = _Call()
+        call.id = call.id or entry.get("id")  # some servers repeat the id on every delta
+        call.type = entry.get("type") or call.type
         function = entry.get("function") or {}
         for key in ("name", "arguments"):  # the OpenAI SDK concatenates name fragments too
             fragment = function.get(key)
             if fragment is not None and not isinstance(fragment, str):
                 raise _sent(f"a tool-call `{key}` that is not a string for choice {index}")
-            call["function"][key] += fragment or ""
+            if fragment:
+                (call.name if key == "name" else call.arguments).add(fragment)
 
 
 def full_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
@@ -348,11 +391,36 @@ def _choice(
 
 def _merge(old: Any, new: Any) -> Any:
     """Accumulate a delta field as the OpenAI SDK does: strings and lists concatenate, objects
-    merge key by key, a null changes nothing, anything else replaces."""
+    merge key by key, a null changes nothing, anything else replaces.
+
+    Linear in what accumulates: strings gather as `_Text` (read with `_plain`), and the lists and
+    objects made here are the assembler's own and grow in place, never copied per delta."""
     if new is None:
         return old
-    if type(old) is type(new) and isinstance(new, str | list):
-        return old + new
-    if isinstance(old, dict) and isinstance(new, dict):
-        return {**old, **{k: _merge(old.get(k), v) for k, v in new.items()}}
+    if isinstance(new, str):
+        if isinstance(old, _Text):
+            old.add(new)
+            return old
+        return _Text(new)
+    if isinstance(new, list):
+        if isinstance(old, list):
+            old.extend(new)
+            return old
+        return list(new)
+    if isinstance(new, dict):
+        merged = old if isinstance(old, dict) else {}
+        for key, value in new.items():
+            merged[key] = _merge(merged.get(key), value)
+        return merged
     return new
+
+
+def _plain(value: Any) -> Any:
+    """An accumulated value (`_merge`) as plain JSON data: its `_Text`s joined."""
+    if isinstance(value, _Text):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list) and any(isinstance(item, _Text | dict | list) for item in value):
+        return [_plain(item) for item in value]
+    return value

@@ -47,6 +47,8 @@ class ResponsesAssembly:
         self._sent: list[dict[str, Any]] = []  # the client's items, by its output_index
         self._held: dict[int, dict[str, Any]] = {}  # upstream output_index -> call item
         self._held_order: list[int] = []
+        # A held call's streamed arguments, in pieces until its `.done` (joined once: see `_call`).
+        self._arguments: dict[int, list[str]] = {}
         self._items: dict[int, dict[str, Any]] = {}  # upstream output_index -> item when done
         self._terminal: dict[str, Any] | None = None
         self._terminal_kind = "response.completed"
@@ -96,13 +98,15 @@ class ResponsesAssembly:
         elif index in self._held:
             if kind == "response.output_item.done" and isinstance(payload.get("item"), dict):
                 self._held[index] = payload["item"]
+                self._arguments.pop(index, None)
             elif kind == "response.function_call_arguments.done":
                 self._held[index] = {**self._held[index], "arguments": payload.get("arguments")}
+                self._arguments.pop(index, None)
             elif kind == "response.function_call_arguments.delta":
-                held = self._held[index]
-                delta = payload.get("delta")
-                text = held.get("arguments") or ""
-                self._held[index] = {**held, "arguments": text + (delta or "")}
+                pieces = self._arguments.get(index)
+                if pieces is None:
+                    pieces = self._arguments[index] = [self._held[index].get("arguments") or ""]
+                pieces.append(payload.get("delta") or "")
             return []
         if index not in self._indices:
             raise UpstreamProtocolError(
@@ -165,15 +169,23 @@ class ResponsesAssembly:
             param=body.get("param"),
         )
 
+    def _call(self, index: int) -> dict[str, Any]:
+        """The held call at upstream `index`, its streamed arguments joined (once) if no
+        `.done` event gave them whole: `+=` on a held text copies all of it at every delta."""
+        pieces = self._arguments.pop(index, None)
+        if pieces is not None:
+            self._held[index] = {**self._held[index], "arguments": "".join(pieces)}
+        return self._held[index]
+
     def _choice(self, response: dict[str, Any]) -> Choice:
         output = response.get("output")
         by_upstream: list[dict[str, Any]] = []
         if isinstance(output, list) and output:
             by_upstream = [item for item in output if isinstance(item, dict)]
         else:  # a terminal event without output: the items as streamed
-            by_upstream = [*self._sent, *(self._held[i] for i in self._held_order)]
+            by_upstream = [*self._sent, *(self._call(i) for i in self._held_order)]
         # The calls are the held ones (the streamed arguments are what the model sent).
-        calls = {item.get("call_id"): item for item in (self._held[i] for i in self._held_order)}
+        calls = {item.get("call_id"): item for item in (self._call(i) for i in self._held_order)}
         merged = [
             calls.get(item.get("call_id"), item) if item.get("type") == "function_call" else item
             for item in by_upstream

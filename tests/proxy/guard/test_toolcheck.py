@@ -3,6 +3,7 @@ import json
 from typing import Any
 
 import jsonschema
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -90,11 +91,18 @@ def test_a_cached_list_is_still_held_to_tighter_limits() -> None:
 
 def test_the_cache_is_bounded_and_keeps_the_most_recent_lists() -> None:
     toolcheck.clear_cache()
-    first = compile_tools([make_tool("tool_0")])
-    for n in range(1, toolcheck.CACHE_SIZE + 5):
-        compile_tools([make_tool(f"tool_{n}")])
-    assert toolcheck.cached_tool_lists() == toolcheck.CACHE_SIZE
-    assert compile_tools([make_tool("tool_0")]) is not first
+    size = len(orjson.dumps([make_tool("tool_0")], option=orjson.OPT_SORT_KEYS))
+    toolcheck.configure_cache(20 * size)
+    try:
+        first = compile_tools([make_tool("tool_0")])
+        for n in range(1, 25):
+            compile_tools([make_tool(f"tool_{n}")])
+        assert toolcheck.cached_tool_bytes() <= 20 * size
+        assert toolcheck.cached_tool_lists() >= 18  # the most recent ones
+        assert compile_tools([make_tool("tool_0")]) is not first
+    finally:
+        toolcheck.configure_cache(toolcheck.CACHE_BYTES)
+        toolcheck.clear_cache()
 
 
 def test_changing_the_request_after_compiling_does_not_change_the_index() -> None:
