@@ -2,8 +2,8 @@
 
 Both clients run in one process, on one event loop (uvloop), against `bench.fake_upstream` in a
 process of its own, each as the proxy configures it: `HttpUpstream` (proxy/upstream.py over
-proxy/upstream_http1.py's pool) and an aiohttp `ClientSession` set up as the proxy's upstream client was
-before it (a `TCPConnector` with the same limit, keep-alive and DNS cache, a socket read
+proxy/upstream_pool.py's pool of proxy/upstream_http1.py's connections) and an aiohttp
+`ClientSession` set up as the proxy's upstream client was before it (a `TCPConnector` with the same limit, keep-alive and DNS cache, a socket read
 timeout, automatic decompression). Each request is the benchmark's chat turn (bench/bodies.py,
 7 kB with 17 tools) sent whole, its answer read whole (`plain`) or as a stream of events
 (`stream`). Arms alternate round by round so a noisy neighbour lands on both; the figure is CPU

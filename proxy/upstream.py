@@ -1,9 +1,9 @@
 """The upstream client: one pool of keep-alive connections per upstream, routing by model, retries.
 
 The connections are `proxy.upstream_http1`'s (HTTP/1.1 written in one call, answers parsed by
-httptools): measured on this project's machines, aiohttp's client cost five to six times their CPU
-per plain request (bench/results/upstreamclient.md), most of the proxy's overhead at its rates
-(httpx's pool was slower still: bench/RESULTS.md).
+httptools), pooled by `proxy.upstream_pool`: measured on this project's machines, aiohttp's
+client cost five to six times their CPU per plain request (bench/results/upstreamclient.md), most
+of the proxy's overhead at its rates (httpx's pool was slower still: bench/RESULTS.md).
 
 `HttpUpstream` has one send path, as httpx has one `send` over a transport, in three modes:
 
@@ -14,19 +14,18 @@ per plain request (bench/results/upstreamclient.md), most of the proxy's overhea
 Every mode sends a try the same way (`HttpUpstream._open`: the request on a pooled connection, up
 to its response's head; a reused connection the server closed unanswered replaced once, on a new
 connection), opens the try's trace span the same way and maps the exceptions of the pool, the
-socket and asyncio to `Upstream*` errors at one boundary, `_Try` (`translate` says how). `request`
-and `stream` retry connect errors, timeouts and 502/503/504 before the first byte; `send` never
-retries.
+socket and asyncio to `Upstream*` errors at one boundary, `_Try` (`proxy.upstream_errors`'
+`translate` says how). `request` and `stream` retry connect errors, timeouts and 502/503/504
+before the first byte; `send` never retries.
 
 Where a connection goes and how it is opened (TCP, TLS; environment proxies, TLS options and
-Unix sockets to come) is `proxy.upstream_http1.Origin`'s alone: `HttpUpstream.__init__` makes it
-from the upstream's configuration, and `Origin.connect` opens the connections.
+Unix sockets to come) is `proxy.upstream_origin.Origin`'s alone: `HttpUpstream.__init__` makes
+it from the upstream's configuration, and `Origin.connect` opens the connections.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -55,19 +54,10 @@ from proxy.errors import (
 from proxy.headers import HEADER_PREFIX
 from proxy.tracing import CURRENT as CURRENT_TRACE
 from proxy.tracing import AttemptSpan, RequestTrace
-from proxy.upstream_http1 import (
-    AwaitedResponse,
-    BrokenOff,
-    ClosedEarly,
-    Connection,
-    Delivery,
-    InvalidResponse,
-    Origin,
-    Pool,
-    Response,
-    TooLarge,
-    TooLong,
-)
+from proxy.upstream_errors import ClosedEarly, translate
+from proxy.upstream_http1 import AwaitedResponse, Connection, Delivery, Response
+from proxy.upstream_origin import Origin
+from proxy.upstream_pool import Pool
 
 RETRYABLE_STATUS = frozenset({502, 503, 504})
 _MAX_CACHED_URLS = 64
@@ -307,7 +297,7 @@ class _Try:
 
 class HttpUpstream:
     """One upstream server behind a pool of keep-alive HTTP/1.1 connections
-    (`proxy.upstream_http1`): the one send path of the module doc, with its three modes."""
+    (`proxy.upstream_pool`): the one send path of the module doc, with its three modes."""
 
     def __init__(self, config: UpstreamConfig, *, api_key: str | None, retries: int) -> None:
         self.name = config.name
@@ -731,50 +721,6 @@ class _Retryable(Exception):
 
 async def _replay(body: bytes) -> AsyncGenerator[bytes, None]:
     yield body
-
-
-# Most specific first: a timeout (504) differs from a refused connection (502), and a body that
-# breaks off differs from both. `error_class_for` walks this table in order; what it does not
-# name is not an upstream's failure but a fault of the proxy's own, and is raised as it is.
-_TRANSLATIONS: tuple[
-    tuple[type[BaseException] | tuple[type[BaseException], ...], type[UpstreamError], str], ...
-] = (
-    (TimeoutError, UpstreamTimeoutError, "timed out"),
-    (BrokenOff, UpstreamProtocolError, "broke off its response"),
-    (InvalidResponse, UpstreamProtocolError, "sent an invalid response"),
-    (TooLarge, UpstreamProtocolError, "sent a response over the proxy's limit"),
-    (TooLong, UpstreamTimeoutError, "streamed past the proxy's limit"),
-    (ClosedEarly, UpstreamConnectError, "closed the connection before answering"),
-    ((ConnectionError, socket.gaierror), UpstreamConnectError, "is unreachable"),
-    (OSError, UpstreamConnectError, "failed"),
-)
-
-
-def error_class_for(exc_type: type[BaseException]) -> tuple[type[UpstreamError], str] | None:
-    """The Upstream* class and wording for an exception type; None when it is not one of the
-    network's or the upstream's failures."""
-    for source, target, wording in _TRANSLATIONS:
-        if issubclass(exc_type, source):
-            return target, wording
-    return None
-
-
-def translate(exc: BaseException, upstream: str, url: str) -> UpstreamError:
-    """Map a connection pool's (or asyncio's, or a socket's) exception onto the proxy's Upstream* errors.
-
-    The message names the upstream, the URL and the cause, so a client can act on it. Raises
-    `exc` itself when it is none of those: a bug stays a bug, never an upstream error charged
-    to the session.
-    """
-    if isinstance(exc, UpstreamError):
-        return exc
-    mapped = error_class_for(type(exc))
-    if mapped is None:
-        raise exc
-    target, wording = mapped
-    detail = str(exc).strip()
-    cause = f"{exc.__class__.__name__}: {detail}" if detail else exc.__class__.__name__
-    return target(f"upstream '{upstream}' {wording} ({url}): {cause}")
 
 
 class Router:

@@ -1,4 +1,5 @@
-"""HTTP/1.1 to one upstream server: a pool of keep-alive connections whose responses httptools parses.
+"""HTTP/1.1 on one keep-alive connection to an upstream server: the request written in one call,
+the response parsed by httptools.
 
 The proxy asks one thing of HTTP: send a request to an OpenAI-compatible server and read its
 response, whole or as it arrives. A general client (aiohttp's) pays for what the proxy never uses
@@ -7,45 +8,25 @@ project's machines it cost five to six times the CPU per plain request (about 20
 about 30 µs, and twice as much per streamed one: bench/results/upstreamclient.md) of writing the
 request in one call on a pooled connection and feeding the answer to httptools' C parser (the
 parser uvicorn serves with). At the proxy's rates that difference was most of its overhead, so
-this module keeps only the part the proxy needs:
+this module and `proxy.upstream_pool` keep only the part the proxy needs. Here, one connection
+and the response read on it:
 
-- `Pool.send()` sends a request on an idle connection (or a new one, up to `limit`; with `fresh`,
-  always a new one) and returns an `AwaitedResponse`, read by a task: `head()` is the status and
-  headers, and the body is read whole (`read()`) or chunk by chunk (`chunks()`); `Pool.release()`
-  gives the connection back when the body was read to its end and the server keeps it alive,
-  and closes it otherwise.
-- `Pool.deliver()` sends a request on an idle connection (`Pool.idle_connection()`) with no task
-  waiting for it: the response, read whole, goes to its `Delivery`'s `delivered()`, from the
-  connection's own callbacks.
-- A connection idle for longer than `keepalive` is closed instead of reused (below the server's own
-  keep-alive, so a request never goes out on a connection the server is closing). A connection
-  says whether it was `reused`: when a reused one closes before answering a byte (`ClosedEarly`),
-  `proxy.upstream` sends the request once more, on a `fresh` one.
-- `read_timeout` bounds the silence between two reads, as a socket read timeout does: one timer
-  per pool sweeps the busy connections a few times per timeout (a silence is caught within a
-  quarter of the timeout, at most a second, after it), where a timer per request cost a tenth of
-  a request's instructions. A stream whose reader falls behind stops reading the
-  socket (back-pressure) rather than buffering, and its silence does not count meanwhile.
+- A `Connection` carries one request at a time (`encode_head` writes its line and headers). Its
+  response is an `AwaitedResponse`, read by a task: `head()` is the status and headers, and the
+  body is read whole (`read()`) or chunk by chunk (`chunks()`); or a `Delivery`, read whole with
+  no task waiting for it, handed to its `delivered()` from the connection's own callbacks.
+- A stream whose reader falls behind stops reading the socket (back-pressure) rather than
+  buffering, and its silence does not count meanwhile.
 - gzip and deflate bodies are decoded (the proxy asks for neither; a server may send them anyway).
 - 1xx interim answers (`100 Continue`, `103 Early Hints`) are skipped: the answer is the final one.
-- A body is capped in bytes, decoded ones (`Pool`'s `max_response_bytes` for one read whole and
-  for any error body, `max_stream_bytes` for a stream): a compressed body is decoded no further
-  than the cap, so a compression bomb costs the cap, not its decoded size. A stream is capped in
-  duration too (`max_stream_seconds`, checked by the silence sweep). Past a cap the response
-  fails (`TooLarge`, `TooLong`) and its connection is closed.
+- A body is capped in bytes, decoded ones (the pool sets each response's caps): a compressed body
+  is decoded no further than the cap, so a compression bomb costs the cap, not its decoded size.
+  Past a cap the response fails (`TooLarge`) and its connection is closed.
 
-How the connections are opened (TCP, TLS) is `Origin`'s alone (`Origin.of`, `Origin.connect`):
-proxies, TLS options and Unix sockets go there.
-
-Errors, all translated into the proxy's `Upstream*` errors by `proxy.upstream` (`_Try`):
-
-    OSError (refused, reset, unreachable, TLS), TimeoutError (connect or read timeout)
-    ├── ClosedEarly      the connection closed before the response's first byte
-    ResponseError
-    ├── BrokenOff        the connection ended, or failed, in the middle of the response
-    ├── InvalidResponse  bytes that are not an HTTP/1.1 response (or an encoding not asked for)
-    ├── TooLarge         a body over its cap in bytes
-    └── TooLong          a stream past its cap in seconds
+The pool of these connections (reuse, the limit, keep-alive, the silence sweep and a stream's
+cap in seconds) is `proxy.upstream_pool`'s; how a connection is opened (TCP, TLS) is
+`proxy.upstream_origin.Origin`'s; what one raises, and how that becomes the proxy's `Upstream*`
+errors, is drawn in `proxy.upstream_errors`.
 """
 
 from __future__ import annotations
@@ -54,96 +35,20 @@ import asyncio
 import copy
 import math
 import operator
-import ssl
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
-from typing import Final, cast
-from urllib.parse import urlsplit
+from collections.abc import AsyncIterator, Mapping
+from typing import Final, Protocol, cast
 
 import httptools
+
+from proxy.upstream_errors import BrokenOff, ClosedEarly, InvalidResponse, TooLarge, TooLong
 
 # A stream's reader this far behind stops the socket being read until it catches up.
 _HIGH_WATER = 1 << 20
 _LOW_WATER = 1 << 18
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-# Request heads remembered per pool (see `Pool.head`); a trace's `traceparent` makes every head
-# new, so the memo is emptied when full rather than grown.
-_MAX_HEADS = 256
-_UNCAPPED = 1 << 62  # a body cap that never binds
-
-
-class ClosedEarly(ConnectionError):
-    """The server closed the connection before the first byte of its response."""
-
-
-class ResponseError(Exception):
-    """The server's response could not be read to its end."""
-
-
-class BrokenOff(ResponseError):
-    """The connection ended, or failed, in the middle of the response."""
-
-
-class InvalidResponse(ResponseError):
-    """What the server sent is not an HTTP/1.1 response this client reads."""
-
-
-class TooLarge(ResponseError):
-    """The body went over its cap in bytes (decoded)."""
-
-
-class TooLong(ResponseError):
-    """The streamed body went on past its cap in seconds."""
-
-
-ERRORS: tuple[type[Exception], ...] = (ClosedEarly, BrokenOff, InvalidResponse, TooLarge, TooLong)
-"""Every exception class of this module's own that `Pool.send` and a response raise; they raise
-OSError and TimeoutError besides."""
-
-
-@dataclass(frozen=True, slots=True)
-class Origin:
-    """Where the requests go: scheme, host, port, and the TLS context for https."""
-
-    scheme: str
-    host: str
-    port: int
-    tls: ssl.SSLContext | None
-
-    @classmethod
-    def of(cls, url: str) -> Origin:
-        """The origin of an absolute http(s) URL. Raises ValueError for any other."""
-        parts = urlsplit(url)
-        if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {url!r}")
-        port = parts.port or _DEFAULT_PORTS[parts.scheme]
-        tls = ssl.create_default_context() if parts.scheme == "https" else None
-        return cls(parts.scheme, parts.hostname, port, tls)
-
-    async def connect(
-        self, loop: asyncio.AbstractEventLoop, protocol: Callable[[], Connection]
-    ) -> Connection:
-        """Open a connection to this origin, `protocol()` reading it: the one place that says
-        how the upstream is reached (TCP, TLS over it for https). Environment proxies (a CONNECT
-        tunnel first), TLS options (the context `of` makes) and Unix sockets
-        (`loop.create_unix_connection`) belong here and in `of`; nothing above `Pool` changes.
-        Raises OSError (refused, unreachable, TLS) as the socket does."""
-        _, connection = await loop.create_connection(
-            protocol,
-            self.host,
-            self.port,
-            ssl=self.tls,
-            server_hostname=self.host if self.tls else None,
-        )
-        return connection
-
-    @property
-    def host_header(self) -> str:
-        """The `host` header's value: the port only when it is not the scheme's default."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return host if self.port == _DEFAULT_PORTS[self.scheme] else f"{host}:{self.port}"
+UNCAPPED = 1 << 62
+"""A body cap that never binds."""
 
 
 def encode_head(
@@ -172,6 +77,20 @@ def _breaks(text: str) -> bool:
 
 
 _name: Final = operator.itemgetter(0)
+
+
+class Holder(Protocol):
+    """What a connection asks of the pool that holds it (`proxy.upstream_pool.Pool`): its loop,
+    to watch the connection's silence while a request is under way and stop, and to hear that
+    the connection was lost."""
+
+    loop: asyncio.AbstractEventLoop
+
+    def watch(self, connection: Connection) -> None: ...
+
+    def unwatch(self, connection: Connection) -> None: ...
+
+    def lost(self, connection: Connection) -> None: ...
 
 
 class Response:
@@ -218,7 +137,7 @@ class Response:
         self._ends_at_close = False
         # The caps (`Pool.send` sets them): body bytes (decoded), and for an error status the
         # lower `error_limit`; the loop time a stream must have ended by. `taken`: bytes so far.
-        self.limit = self.error_limit = _UNCAPPED
+        self.limit = self.error_limit = UNCAPPED
         self.deadline = math.inf
         self.taken = 0
 
@@ -448,7 +367,7 @@ class Delivery(Response):
 class Connection(asyncio.Protocol):
     """One keep-alive connection: at most one request at a time, its response fed to httptools."""
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Holder) -> None:
         self._pool = pool
         self._loop = pool.loop
         self._parser = httptools.HttpResponseParser(self)
@@ -506,7 +425,7 @@ class Connection(asyncio.Protocol):
                     + (f" ({exc.__class__.__name__}: {exc})" if exc else "")
                 )
             response._fail(error)
-        self._pool._lost(self)
+        self._pool.lost(self)
 
     def _drop_parser(self) -> None:
         """Let go of the parser once nothing more is read: it holds this connection's methods
@@ -626,228 +545,3 @@ class Connection(asyncio.Protocol):
     def close(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
-
-
-class Pool:
-    """Keep-alive connections to one origin: at most `limit` open, idle ones reused newest first."""
-
-    def __init__(
-        self,
-        origin: Origin,
-        *,
-        limit: int,
-        keepalive: float,
-        connect_timeout: float,
-        read_timeout: float,
-        max_response_bytes: int = _UNCAPPED,
-        max_stream_bytes: int = _UNCAPPED,
-        max_stream_seconds: float = math.inf,
-    ) -> None:
-        self.origin = origin
-        self.max_response_bytes = max_response_bytes
-        self.max_stream_bytes = max_stream_bytes
-        self.max_stream_seconds = max_stream_seconds
-        self.loop = asyncio.get_running_loop()
-        self.limit = limit
-        self.keepalive = keepalive
-        self.connect_timeout = connect_timeout
-        self.read_timeout = read_timeout
-        self.host = origin.host_header
-        self._idle: list[Connection] = []
-        self._open = 0  # connections being made, busy or idle
-        # Connections awaiting a response, and the timer of the sweep that checks their silence.
-        self._busy: set[Connection] = set()
-        self._sweep: asyncio.TimerHandle | None = None
-        self._heads: dict[tuple[object, ...], bytes] = {}
-        self._tick = min(read_timeout / 4, 1.0)
-        self._waiters: deque[asyncio.Future[None]] = deque()
-        self.closed = False
-
-    @property
-    def idle(self) -> int:
-        """Connections in the pool waiting for a request."""
-        return len(self._idle)
-
-    async def send(
-        self,
-        method: str,
-        target: str,
-        headers: Mapping[str, str],
-        body: bytes | None,
-        fresh: bool = False,
-        streamed: bool = False,
-    ) -> tuple[Connection, AwaitedResponse]:
-        """Send a request on an idle connection, or a new one (`fresh`: always a new one); the
-        connection it went out on, and its response (see `AwaitedResponse`), capped as a stream
-        when it is to be read as one (`streamed`), else as a body read whole.
-
-        Raises OSError or TimeoutError when no connection could be made, ValueError for a header
-        with a line break, and RuntimeError once the pool is closed.
-        """
-        head = self.head(method, target, headers, body)
-        connection = await (self._new_connection() if fresh else self._connection())
-        # A HEAD's response has no body whatever its length says.
-        response = AwaitedResponse(connection, self.loop, head_only=method == "HEAD")
-        self._cap(response, streamed)
-        connection.send(head, body, response)
-        return connection, response
-
-    def _cap(self, response: Response, streamed: bool) -> None:
-        """Set `response`'s caps: a stream's bytes and deadline, or a whole body's bytes; an
-        error body is read whole, so it has the lower of the two."""
-        response.error_limit = self.max_response_bytes
-        if streamed:
-            response.limit = self.max_stream_bytes
-            response.deadline = self.loop.time() + self.max_stream_seconds
-        else:
-            response.limit = self.max_response_bytes
-
-    def idle_connection(self) -> Connection | None:
-        """An idle connection to send a request on with `deliver` (None: none is idle)."""
-        if self.closed:
-            raise RuntimeError("the upstream's connection pool is closed")
-        return self._idle_connection()
-
-    def deliver(
-        self,
-        delivery: Delivery,
-        connection: Connection,
-        method: str,
-        target: str,
-        headers: Mapping[str, str],
-        body: bytes | None,
-    ) -> None:
-        """Send a request on `connection` (from `idle_connection`), its response read whole into
-        `delivery` (see `Delivery`).
-
-        Raises ValueError for a header with a line break (the connection stays idle).
-        """
-        delivery._connection = connection
-        self._cap(delivery, streamed=False)
-        try:
-            head = self.head(method, target, headers, body)
-        except ValueError:
-            self._idle.append(connection)
-            raise
-        connection.send(head, body, delivery)
-
-    def head(
-        self, method: str, target: str, headers: Mapping[str, str], body: bytes | None
-    ) -> bytes:
-        """`encode_head` for this pool's host, its line and headers remembered per (method,
-        target, headers): an upstream's requests mostly repeat them, only their length differs.
-        Raises ValueError for a header with a line break."""
-        key = (method, target, *headers.items())
-        start = self._heads.get(key)
-        if start is None:
-            start = encode_head(method, target, self.host, headers, None)[:-2]  # no blank line
-            if len(self._heads) >= _MAX_HEADS:
-                self._heads.clear()
-            self._heads[key] = start
-        if body is None:
-            return start + b"\r\n"
-        return b"%scontent-length: %d\r\n\r\n" % (start, len(body))
-
-    def watch(self, connection: Connection) -> None:
-        """Check `connection`'s silence from now on (it sent a request)."""
-        self._busy.add(connection)
-        if self._sweep is None:
-            self._sweep = self.loop.call_later(self._tick, self._check_silences)
-
-    def unwatch(self, connection: Connection) -> None:
-        """Stop checking `connection`'s silence (its response ended, or it closed)."""
-        self._busy.discard(connection)
-
-    def _check_silences(self) -> None:
-        self._sweep = None
-        now = self.loop.time()
-        for connection in list(self._busy):
-            if not connection.check_silence(now, self.read_timeout):
-                self._busy.discard(connection)
-        if self._busy:
-            self._sweep = self.loop.call_later(self._tick, self._check_silences)
-
-    def release(self, connection: Connection, response: Response) -> None:
-        """Done with `response`: its connection back to the pool if reusable, else closed."""
-        if not connection.done_with(response) or self.closed:
-            connection.close()
-            return
-        connection.idle_since = self.loop.time()
-        self._idle.append(connection)
-        self._wake_one()
-
-    async def _connection(self) -> Connection:
-        return self._idle_connection() or await self._new_connection()
-
-    def _idle_connection(self) -> Connection | None:
-        now = self.loop.time()
-        while self._idle:
-            connection = self._idle.pop()
-            if connection.writable and now - connection.idle_since < self.keepalive:
-                connection.reused = True
-                return connection
-            connection.close()  # idle too long, or closed by the server meanwhile
-        return None
-
-    async def _new_connection(self) -> Connection:
-        if self.closed:
-            raise RuntimeError("the upstream's connection pool is closed")
-        while self._open >= self.limit:
-            waiter = self.loop.create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-            if self._idle:
-                return await self._connection()
-        # The slot is this attempt's until a connection is made; the connection then holds it
-        # until it is lost (also when the connect timeout cancels the attempt after that).
-        self._open += 1
-        made: list[Connection] = []
-
-        def protocol() -> Connection:
-            made.append(Connection(self))
-            return made[-1]
-
-        try:
-            async with asyncio.timeout(self.connect_timeout):
-                connection = await self.origin.connect(self.loop, protocol)
-        except BaseException:
-            if not made or not made[0].was_made:  # else its connection_lost gives the slot back
-                self._open -= 1
-                self._wake_one()
-            raise
-        return connection
-
-    def _lost(self, connection: Connection) -> None:
-        if not connection.connected:
-            return
-        connection.connected = False
-        self._open -= 1
-        if connection in self._idle:
-            self._idle.remove(connection)
-        self._wake_one()
-
-    def _wake_one(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-
-    async def close(self) -> None:
-        """Close every connection; a busy one closes when it is released."""
-        self.closed = True
-        if self._sweep is not None:
-            self._sweep.cancel()
-            self._sweep = None
-        idle, self._idle = self._idle, []
-        for connection in idle:
-            connection.close()
-        for waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_exception(RuntimeError("the upstream's connection pool is closed"))
-        self._waiters.clear()
-        await asyncio.sleep(0)  # let the transports' close callbacks run

@@ -2,9 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
-import socket
-import ssl
 import threading
 from collections.abc import AsyncIterator
 
@@ -13,15 +10,12 @@ import aiohttp.web
 import orjson
 import pytest
 
-from proxy import upstream_http1
 from proxy.config import UpstreamConfig
 from proxy.errors import (
     NotFoundError,
     UpstreamConnectError,
-    UpstreamError,
     UpstreamProtocolError,
     UpstreamStatusError,
-    UpstreamTimeoutError,
 )
 from proxy.testing import SSE, Fault, LoopbackServer, ScriptedUpstream, unused_socket
 from proxy.upstream import (
@@ -30,9 +24,7 @@ from proxy.upstream import (
     UpstreamResponse,
     UpstreamStream,
     chat_request_headers,
-    error_class_for,
     raise_for_status,
-    translate,
 )
 
 
@@ -111,58 +103,6 @@ def test_chat_request_headers_keep_the_clients_own_and_drop_transport_credential
         "x-session-id": "s1",
         "user-agent": "OpenAI/Python",
     }
-
-
-# What the pool and the sockets under it raise: the pool's own classes, and the OS's.
-_POOL_FAILURES: tuple[type[BaseException], ...] = (
-    *upstream_http1.ERRORS,
-    TimeoutError,
-    ConnectionRefusedError,
-    ConnectionResetError,
-    ConnectionAbortedError,
-    BrokenPipeError,
-    socket.gaierror,
-    ssl.SSLError,
-    ssl.SSLCertVerificationError,
-    OSError,
-)
-
-
-def test_every_failure_of_the_pool_maps_to_a_specific_upstream_error() -> None:
-    # The module's own classes are listed in upstream_http1.ERRORS; one it adds without a row here fails.
-    own = {
-        cls
-        for cls in vars(upstream_http1).values()
-        if inspect.isclass(cls)
-        and issubclass(cls, Exception)
-        and cls.__module__ == upstream_http1.__name__
-    }
-    assert own - {upstream_http1.ResponseError} == set(upstream_http1.ERRORS)
-    for cls in _POOL_FAILURES:
-        mapped = error_class_for(cls)
-        assert mapped is not None, cls
-        assert mapped[0] is not UpstreamError, cls
-
-
-@pytest.mark.parametrize(
-    "bug", [ValueError("bad"), KeyError("k"), TypeError("t"), AssertionError()]
-)
-def test_an_exception_that_is_not_a_network_failure_is_raised_as_it_is(bug: Exception) -> None:
-    # A fault of the proxy's own must stay one: never a 502 charged to the upstream.
-    assert error_class_for(type(bug)) is None
-    with pytest.raises(type(bug)):
-        translate(bug, "u", "x")
-
-
-def test_timeouts_connect_failures_and_broken_bodies_map_to_distinct_errors() -> None:
-    assert isinstance(translate(TimeoutError(), "u", "x"), UpstreamTimeoutError)
-    assert isinstance(translate(upstream_http1.ClosedEarly(), "u", "x"), UpstreamConnectError)
-    assert isinstance(translate(ConnectionRefusedError(), "u", "x"), UpstreamConnectError)
-    assert isinstance(translate(upstream_http1.BrokenOff("cut"), "u", "x"), UpstreamProtocolError)
-    assert isinstance(
-        translate(upstream_http1.InvalidResponse("junk"), "u", "x"), UpstreamProtocolError
-    )
-    assert "'u'" in translate(upstream_http1.ClosedEarly(), "u", "x").message
 
 
 @pytest.mark.parametrize(("retries", "tries"), [(2, 3), (0, 1)])  # 0: one try, no policy
