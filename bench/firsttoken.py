@@ -30,7 +30,7 @@ from bench.drivers import AsgiDriver
 from bench.fake_upstream import FIRST_TOKEN, message_events, response_events, stream_events
 from proxy.app import create_app
 from proxy.config import Settings, UpstreamConfig
-from proxy.upstream import UpstreamResponse, UpstreamStream
+from proxy.upstream_response import UpstreamResponse, UpstreamStream
 
 ROUTES = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
 _STREAMS = {"chat": stream_events, "responses": response_events, "messages": message_events}

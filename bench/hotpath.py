@@ -32,7 +32,7 @@ from proxy.guard.leakformats import FAMILIES, FORMATS
 from proxy.guard.leaks import find_leaked_calls, find_leaked_calls_in_reasoning
 from proxy.http.jsonbody import BodyParser
 from proxy.logs import configure_logging, get_logger, log_request
-from proxy.upstream import UpstreamResponse
+from proxy.upstream_response import UpstreamResponse
 
 CHAT_ANSWER = orjson.dumps(completion())
 

@@ -56,7 +56,8 @@ from proxy.config import Settings, UpstreamConfig
 from proxy.errors import UpstreamError
 from proxy.protocols.chat import ChatProtocol
 from proxy.shadow import judge_for
-from proxy.upstream import HttpUpstream, Sent, UpstreamResponse
+from proxy.upstream import HttpUpstream, Sent
+from proxy.upstream_response import UpstreamResponse
 
 OUT = Path(__file__).resolve().parent / "results" / "shadowfloor.md"
 CONCURRENCY = 16

@@ -39,7 +39,8 @@ from proxy.session import open_store
 from proxy.session.stores import SessionStore
 from proxy.shadow import Shadow, open_shadow
 from proxy.tracing import Tracing, TracingConfig
-from proxy.upstream import HttpUpstream, Router, Upstream
+from proxy.upstream import HttpUpstream, Upstream
+from proxy.upstream_router import Router
 
 _GC_YOUNG_THRESHOLD = 50_000
 

@@ -92,7 +92,8 @@ from proxy.shadowstats import (
     skip_reason,
 )
 from proxy.tracing import CURRENT as CURRENT_TRACE
-from proxy.upstream import HttpUpstream, Sent, Upstream, UpstreamResponse
+from proxy.upstream import HttpUpstream, Sent, Upstream
+from proxy.upstream_response import UpstreamResponse
 
 MAX_NAMES: Final = 2000
 MAX_MODEL_PAIRS: Final = 64

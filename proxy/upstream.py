@@ -1,4 +1,4 @@
-"""The upstream client: one pool of keep-alive connections per upstream, routing by model, retries.
+"""The upstream client: one pool of keep-alive connections per upstream, retries.
 
 The connections are `proxy.upstream_http1`'s (HTTP/1.1 written in one call, answers parsed by
 httptools), pooled by `proxy.upstream_pool`: measured on this project's machines, aiohttp's
@@ -20,7 +20,9 @@ before the first byte; `send` never retries.
 
 Where a connection goes and how it is opened (TCP, TLS; environment proxies, TLS options and
 Unix sockets to come) is `proxy.upstream_origin.Origin`'s alone: `HttpUpstream.__init__` makes
-it from the upstream's configuration, and `Origin.connect` opens the connections.
+it from the upstream's configuration, and `Origin.connect` opens the connections. What an
+upstream answers is `proxy.upstream_response`'s; which upstream serves a model,
+`proxy.upstream_router`'s.
 """
 
 from __future__ import annotations
@@ -29,10 +31,8 @@ import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
-import orjson
 from tenacity import (
     AsyncRetrying,
     retry_if_exception_type,
@@ -43,14 +43,7 @@ from yarl import URL
 
 from proxy import __version__
 from proxy.config import UpstreamConfig
-from proxy.errors import (
-    NotFoundError,
-    UpstreamConnectError,
-    UpstreamError,
-    UpstreamProtocolError,
-    UpstreamStatusError,
-    UpstreamTimeoutError,
-)
+from proxy.errors import UpstreamConnectError, UpstreamError, UpstreamTimeoutError
 from proxy.headers import HEADER_PREFIX
 from proxy.tracing import CURRENT as CURRENT_TRACE
 from proxy.tracing import AttemptSpan, RequestTrace
@@ -58,6 +51,7 @@ from proxy.upstream_errors import ClosedEarly, translate
 from proxy.upstream_http1 import AwaitedResponse, Connection, Delivery, Response
 from proxy.upstream_origin import Origin
 from proxy.upstream_pool import Pool
+from proxy.upstream_response import UpstreamResponse, UpstreamStream
 
 RETRYABLE_STATUS = frozenset({502, 503, 504})
 _MAX_CACHED_URLS = 64
@@ -86,56 +80,6 @@ _HOP_HEADERS = frozenset(
         "content-encoding",
     }
 )
-
-
-class UpstreamResponse:
-    """A complete upstream response: status, headers (lower-case names) and raw body.
-
-    Read from a connection, its headers are the connection's response's (`head`), decoded there
-    when first read: most answers are read for their status and body only."""
-
-    __slots__ = ("_head", "_headers", "body", "seconds", "status")
-
-    def __init__(
-        self,
-        status: int,
-        headers: dict[str, str] | None,
-        body: bytes,
-        seconds: float,
-        head: Response | None = None,
-    ) -> None:
-        self.status = status
-        self._headers = headers
-        self._head = head
-        self.body = body
-        self.seconds = seconds
-
-    def __repr__(self) -> str:
-        return f"UpstreamResponse(status={self.status}, body={len(self.body)} bytes)"
-
-    @property
-    def headers(self) -> dict[str, str]:
-        if self._headers is None:
-            self._headers = {} if self._head is None else self._head.headers
-        return self._headers
-
-    def json(self) -> Any:
-        """The body parsed as JSON. Raises UpstreamProtocolError when it is not JSON."""
-        try:
-            return orjson.loads(self.body)
-        except orjson.JSONDecodeError as exc:
-            raise UpstreamProtocolError(
-                f"upstream answered {self.status} with a body that is not JSON: {exc}"
-            ) from exc
-
-
-@dataclass(slots=True)
-class UpstreamStream:
-    """An upstream response whose body is read incrementally."""
-
-    status: int
-    headers: dict[str, str]
-    chunks: AsyncGenerator[bytes, None]
 
 
 Done = Callable[["Sent", "UpstreamResponse | UpstreamError"], None]
@@ -721,68 +665,3 @@ class _Retryable(Exception):
 
 async def _replay(body: bytes) -> AsyncGenerator[bytes, None]:
     yield body
-
-
-class Router:
-    """Picks the upstream for a model: an exact `models` match, else the catch-all upstream."""
-
-    def __init__(self, upstreams: list[Upstream], configs: list[UpstreamConfig]) -> None:
-        if not upstreams:
-            raise ValueError("at least one upstream is required")
-        self.upstreams = upstreams
-        self._by_model: dict[str, Upstream] = {}
-        self._fallback: Upstream | None = None
-        for upstream, config in zip(upstreams, configs, strict=True):
-            for model in config.models:
-                self._by_model.setdefault(model, upstream)
-            if not config.models and self._fallback is None:
-                self._fallback = upstream
-
-    def pick(self, model: object) -> Upstream:
-        """The upstream serving `model`. Raises NotFoundError listing the models that are served."""
-        if isinstance(model, str) and model in self._by_model:
-            return self._by_model[model]
-        if self._fallback is not None:
-            return self._fallback
-        if len(self.upstreams) == 1:
-            return self.upstreams[0]
-        known = ", ".join(sorted(self._by_model)) or "none"
-        raise NotFoundError(
-            f"model {model!r} is not served by any upstream; served models: {known}",
-            param="model",
-            code="model_not_found",
-        )
-
-    @property
-    def default(self) -> Upstream:
-        """The upstream for requests that name no model (raw pass-through endpoints)."""
-        return self._fallback or self.upstreams[0]
-
-    async def close(self) -> None:
-        """Close every upstream's pool."""
-        await asyncio.gather(*(u.close() for u in self.upstreams), return_exceptions=True)
-
-
-def raise_for_status(response: UpstreamResponse, upstream: str) -> None:
-    """Turn an upstream error status into UpstreamStatusError carrying the upstream's own body.
-
-    OpenAI's shape (`{"error": {...}}`) is kept as it is; older vLLM's flat error
-    (`{"object": "error", "message", "type", "param", "code"}`) is put into that shape.
-    """
-    if response.status < 400:
-        return
-    try:
-        body = orjson.loads(response.body)
-    except orjson.JSONDecodeError:
-        body = None
-    message = f"upstream '{upstream}' answered {response.status}"
-    if isinstance(body, dict) and body.get("object") == "error" and "error" not in body:
-        fields = ("message", "type", "param", "code")
-        body = {"error": {key: body.get(key) for key in fields}}
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        message = str(body["error"].get("message") or message)
-    elif isinstance(body, dict) and isinstance(body.get("detail"), str):
-        message = body["detail"]
-    raise UpstreamStatusError(
-        message, status=response.status, body=body if isinstance(body, dict) else None
-    )

@@ -17,7 +17,8 @@ from proxy.http.auth import Keys
 from proxy.http.body import read_body
 from proxy.http.edge import PassthroughRoutes, error_content
 from proxy.http.replies import JSONReply
-from proxy.upstream import Router, forwardable_headers
+from proxy.upstream import forwardable_headers
+from proxy.upstream_router import Router
 
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@/-]+")
 

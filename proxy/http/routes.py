@@ -17,7 +17,7 @@ from proxy.metrics import CONTENT_TYPE, Metrics, UnknownToolStats
 from proxy.session.budget import owned, scoped
 from proxy.session.stores import SessionRecord, SessionStore
 from proxy.shadow import Shadow
-from proxy.upstream import Router
+from proxy.upstream_router import Router
 
 
 def add_routes(

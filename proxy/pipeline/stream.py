@@ -27,7 +27,7 @@ from proxy.pipeline.report import TurnReport
 from proxy.pipeline.turn import Turn
 from proxy.protocols.base import StreamAssembly
 from proxy.sse import SSEComment, SSEDecoder, encode_comment
-from proxy.upstream import UpstreamResponse, UpstreamStream, raise_for_status
+from proxy.upstream_response import UpstreamResponse, UpstreamStream, raise_for_status
 
 # After the terminal event the upstream's body is read to its end, once the client has its
 # whole response, so that the connection goes back to the pool; but never for longer than this.

@@ -55,13 +55,9 @@ from proxy.shadow import Shadow, ShadowRequest, judge_for
 from proxy.shadowstats import Decision
 from proxy.tracing import CURRENT as CURRENT_TRACE
 from proxy.tracing import Tracing
-from proxy.upstream import (
-    Router,
-    Upstream,
-    UpstreamResponse,
-    chat_request_headers,
-    raise_for_status,
-)
+from proxy.upstream import Upstream, chat_request_headers
+from proxy.upstream_response import UpstreamResponse, raise_for_status
+from proxy.upstream_router import Router
 
 
 @dataclass(slots=True)

@@ -7,35 +7,20 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import aiohttp.web
-import orjson
 import pytest
 
 from proxy.config import UpstreamConfig
 from proxy.errors import (
-    NotFoundError,
     UpstreamConnectError,
     UpstreamProtocolError,
-    UpstreamStatusError,
 )
 from proxy.testing import SSE, Fault, LoopbackServer, ScriptedUpstream, unused_socket
-from proxy.upstream import (
-    HttpUpstream,
-    Router,
-    UpstreamResponse,
-    UpstreamStream,
-    chat_request_headers,
-    raise_for_status,
-)
+from proxy.upstream import HttpUpstream, chat_request_headers
+from proxy.upstream_response import UpstreamStream
 
 
-def _config(
-    name: str, models: list[str] | None = None, url: str = "http://127.0.0.1:1/v1"
-) -> UpstreamConfig:
-    return UpstreamConfig(name=name, base_url=url, models=models or [])
-
-
-def _upstreams(*configs: UpstreamConfig) -> tuple[list[HttpUpstream], list[UpstreamConfig]]:
-    return [HttpUpstream(c, api_key=None, retries=0) for c in configs], list(configs)
+def _config(name: str, url: str) -> UpstreamConfig:
+    return UpstreamConfig(name=name, base_url=url)
 
 
 @contextlib.asynccontextmanager
@@ -61,21 +46,6 @@ async def _unreachable() -> AsyncIterator[HttpUpstream]:
             yield upstream
         finally:
             await upstream.close()
-
-
-def test_router_picks_by_model_then_the_catch_all() -> None:
-    ups, configs = _upstreams(_config("a", ["m1"]), _config("b", []), _config("c", ["m2"]))
-    router = Router(ups, configs)  # type: ignore[arg-type]
-    assert router.pick("m1").name == "a"
-    assert router.pick("m2").name == "c"
-    assert router.pick("anything").name == "b"
-
-
-def test_router_without_a_catch_all_names_the_served_models() -> None:
-    ups, configs = _upstreams(_config("a", ["m1"]), _config("c", ["m2"]))
-    router = Router(ups, configs)  # type: ignore[arg-type]
-    with pytest.raises(NotFoundError, match="served models: m1, m2"):
-        router.pick("m3")
 
 
 def test_chat_request_headers_keep_the_clients_own_and_drop_transport_credentials_and_controls() -> (
@@ -195,23 +165,6 @@ async def test_a_stream_read_to_its_end_leaves_its_connection_in_the_pool() -> N
                 await _read_all(stream)
         pooled = upstream.pool().idle
     assert pooled == 1
-
-
-def test_an_older_vllm_flat_error_body_is_put_into_the_openai_shape() -> None:
-    flat = {
-        "object": "error",
-        "message": "bad n",
-        "type": "BadRequestError",
-        "param": "n",
-        "code": 400,
-    }
-    response = UpstreamResponse(400, {}, orjson.dumps(flat), 0.0)
-    with pytest.raises(UpstreamStatusError) as caught:
-        raise_for_status(response, "s")
-    assert caught.value.message == "bad n"
-    assert caught.value.body() == {
-        "error": {"message": "bad n", "type": "BadRequestError", "param": "n", "code": 400}
-    }
 
 
 async def test_an_idle_pooled_connection_is_let_go_before_the_servers_keep_alive_ends() -> None:

@@ -30,7 +30,8 @@ from proxy.errors import (
 )
 from proxy.otlp import SpanKind, SpanRecord, new_id
 from proxy.tracing import RequestTrace
-from proxy.upstream import HttpUpstream, Sent, UpstreamResponse
+from proxy.upstream import HttpUpstream, Sent
+from proxy.upstream_response import UpstreamResponse
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
