@@ -119,13 +119,30 @@ def serve(
     except ConfigError as exc:
         raise _fail(exc.message) from None
     configure_logging(settings.log_level)
+    _warn_if_insecure(settings)
+    options = _uvicorn_options(settings)
+    with sock:
+        if settings.workers > 1:
+            status = _serve_workers(sock, settings, port_file, options)
+        else:
+            status = _serve_in_process(sock, settings, port_file, options)
+    if status:
+        raise typer.Exit(code=status)
+
+
+def _warn_if_insecure(settings: Settings) -> None:
+    """Warn when the proxy serves beyond this machine without an admin key (`insecure_admin`)."""
     if settings.admin_key is None and not is_loopback(settings.host):
         get_logger().warning(
             "insecure_admin",
             host=settings.host,
             message="serving on a non-loopback address without an admin key",
         )
-    options: dict[str, Any] = {
+
+
+def _uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's options for the proxy, whether one process serves or several workers do."""
+    return {
         "log_level": "warning" if settings.log_level == "info" else settings.log_level,
         "access_log": False,
         # The proxy reads no client address, so X-Forwarded-* need no middleware of their own
@@ -135,32 +152,40 @@ def serve(
         "http": "httptools",
         "timeout_graceful_shutdown": 10,
     }
-    with sock:
-        if settings.workers > 1:
-            os.environ[RESOLVED_SETTINGS_ENV] = settings.to_json_with_secrets()
-            # A fresh directory per run: values left by an earlier run would be added to this
-            # one's.
-            metrics_dir = tempfile.mkdtemp(prefix="toolsentry-metrics-")
-            os.environ[METRICS_DIR_ENV] = metrics_dir
-            supervised = uvicorn.Config(
-                "proxy.cli:app_from_environment", factory=True, workers=settings.workers, **options
-            )
-            try:
-                _report(sock, settings, port_file, f"with {settings.workers} workers → ")
-                status = listening.serve(supervised, sock)
-            finally:
-                shutil.rmtree(metrics_dir, ignore_errors=True)
-        else:
-            from proxy.app import create_app
 
-            try:
-                application = create_app(settings, environ=os.environ)
-            except ConfigError as exc:
-                raise _fail(exc.message) from None
-            _report(sock, settings, port_file, "→ ")
-            status = listening.serve(uvicorn.Config(application, **options), sock)
-    if status:
-        raise typer.Exit(code=status)
+
+def _serve_workers(
+    sock: socket.socket, settings: Settings, port_file: Path | None, options: dict[str, Any]
+) -> int:
+    """Serve on `sock` with `settings.workers` worker processes, which read the resolved settings
+    and the metrics directory from the environment; uvicorn's exit status."""
+    os.environ[RESOLVED_SETTINGS_ENV] = settings.to_json_with_secrets()
+    # A fresh directory per run: values left by an earlier run would be added to this one's.
+    metrics_dir = tempfile.mkdtemp(prefix="toolsentry-metrics-")
+    os.environ[METRICS_DIR_ENV] = metrics_dir
+    supervised = uvicorn.Config(
+        "proxy.cli:app_from_environment", factory=True, workers=settings.workers, **options
+    )
+    try:
+        _report(sock, settings, port_file, f"with {settings.workers} workers → ")
+        return listening.serve(supervised, sock)
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _serve_in_process(
+    sock: socket.socket, settings: Settings, port_file: Path | None, options: dict[str, Any]
+) -> int:
+    """Serve on `sock` from this process; uvicorn's exit status. Raises typer.Exit (code 2)
+    when the app cannot be made from `settings`."""
+    from proxy.app import create_app
+
+    try:
+        application = create_app(settings, environ=os.environ)
+    except ConfigError as exc:
+        raise _fail(exc.message) from None
+    _report(sock, settings, port_file, "→ ")
+    return listening.serve(uvicorn.Config(application, **options), sock)
 
 
 def _nested(flags: dict[str, Any]) -> dict[str, Any]:
