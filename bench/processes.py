@@ -1,6 +1,7 @@
 """The benchmarks' processes: free loopback ports, CPU placement (`taskset`), a server started in
 its own process group so that it can be paused, resumed, timed (CPU) and stopped, `toolsentry
-serve` started and waited for, the vLLM server scripts/vllm-cpu runs, and a baseline checkout."""
+serve` started and waited for, the vLLM server scripts/vllm-cpu runs (found by `scripts.vllm_cpu`),
+and a baseline checkout."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from scripts.vllm_cpu import find_vllm as find_vllm  # bench.repair finds the vLLM it measures
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -217,20 +220,3 @@ def toolsentry(
         yield server.url_for("")
     finally:
         server.stop()
-
-
-def find_vllm() -> tuple[str | None, str]:
-    """The running vLLM's base URL (…/v1) from `$TOOLSENTRY_VLLM_URL` or `scripts/vllm-cpu status`,
-    and, when there is none, why."""
-    if url := os.environ.get("TOOLSENTRY_VLLM_URL"):
-        return url.rstrip("/"), ""
-    status = subprocess.run(
-        [str(ROOT / "scripts" / "vllm-cpu"), "status"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    if status.returncode == 0 and status.stdout.strip():
-        return status.stdout.strip().splitlines()[-1].rstrip("/"), ""
-    return None, status.stderr.strip() or f"scripts/vllm-cpu status exited {status.returncode}"

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from proxy.errors import BadRequestError, ToolsentryError
 from proxy.guard.channels import Violation
+from proxy.guard.repair import corrective_messages
 from proxy.guard.strict import StrictForm
 from proxy.guard.toolcheck import DEFAULT_LIMITS, GuardLimits, ToolIndex, compile_tools
 from proxy.session.budget import SessionHints
@@ -235,14 +236,23 @@ class WireProtocol(Protocol):
 
 
 class Adapter:
-    """What every adapter shares: the guard's limits, the body's tools compiled under them, and
-    the checks of the request fields more than one protocol has.
+    """What every adapter shares: the guard's limits, the body's tools compiled under them, the
+    checks of the request fields more than one protocol has, and the re-ask.
 
     A protocol whose tools are not chat's says how they read in chat's form (`guard_tools`);
-    its `view` compiles the body's `declared_tools` with `tool_index`.
+    its `view` compiles the body's `declared_tools` with `tool_index`. A protocol whose
+    conversation is not chat's says how a re-ask continues it (`reask_continuation`, and
+    `reask_history` where it is not the body's `messages`).
     """
 
     resent: tuple[str, ...] = ()
+
+    reasked: str = "messages"
+    """The body's key whose array a re-ask continues: chat's and Messages' `messages`."""
+
+    not_reasked: frozenset[str] = frozenset({"stream"})
+    """The body's keys a re-ask leaves out: it asks for one answer, not streamed, whatever the
+    client asked for."""
 
     def __init__(self, limits: GuardLimits = DEFAULT_LIMITS) -> None:
         self.limits = limits
@@ -261,6 +271,32 @@ class Adapter:
         """`tools` (a body's `declared_tools`) compiled for the guard, or `index` when the body
         parser already compiled them. Raises BadRequestError for tools the guard cannot take."""
         return self.compile_tools(tools) if index is None else index
+
+    def reask(
+        self,
+        body: dict[str, Any],
+        message: Message,
+        violations: Sequence[Violation],
+        index: ToolIndex,
+    ) -> dict[str, Any]:
+        request = {k: v for k, v in body.items() if k not in self.not_reasked}
+        request[self.reasked] = [
+            *self.reask_history(body),
+            *self.reask_continuation(message, violations, index),
+        ]
+        return request
+
+    def reask_history(self, body: dict[str, Any]) -> list[Any]:
+        """The conversation so far that a re-ask continues: the body's `reasked` array."""
+        history: list[Any] = body[self.reasked]
+        return history
+
+    def reask_continuation(
+        self, message: Message, violations: Sequence[Violation], index: ToolIndex
+    ) -> list[dict[str, Any]]:
+        """What a re-ask appends to the conversation, in this protocol's form: `message` as the
+        model sent it and a corrective answer per violation (chat's own are the guard's)."""
+        return corrective_messages(message, violations, index)
 
     @staticmethod
     def declared_tools(body: Mapping[str, Any]) -> list[Any]:

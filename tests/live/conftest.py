@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from scripts.vllm_cpu import find_vllm
 from tests.processes import ServerNotStarted, port_options, reported_port, tail
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,22 +25,6 @@ START_HINT = (
     "start one with `scripts/vllm-cpu setup && scripts/vllm-cpu start` (or set TOOLSENTRY_VLLM_URL)"
 )
 SUMMARY = pytest.StashKey[list[str]]()
-
-
-def find_vllm() -> tuple[str | None, str]:
-    """The vLLM base URL (…/v1) and, when there is none, why."""
-    if url := os.environ.get("TOOLSENTRY_VLLM_URL"):
-        return url.rstrip("/"), ""
-    status = subprocess.run(
-        [str(ROOT / "scripts" / "vllm-cpu"), "status"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    if status.returncode == 0 and status.stdout.strip():
-        return status.stdout.strip().splitlines()[-1].rstrip("/"), ""
-    return None, status.stderr.strip() or f"scripts/vllm-cpu status exited {status.returncode}"
 
 
 @pytest.fixture(scope="session")

@@ -11,18 +11,15 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 from proxy.errors import ToolsentryError, UpstreamProtocolError
-from proxy.guard.channels import Violation
-from proxy.guard.repair import corrective_messages
 from proxy.guard.toolcheck import ToolIndex
 from proxy.protocols.base import (
     API,
     Adapter,
     Choice,
     Finish,
-    Message,
     Reply,
     Settled,
     ToolResult,
@@ -33,15 +30,13 @@ from proxy.protocols.chat.stream import ChatAssembly
 from proxy.session.budget import content_text, message_hints
 from proxy.sse import DONE, encode_event
 
-# A re-ask asks for one answer, not streamed, whatever the client asked for.
-_NOT_REASKED: Final = frozenset({"stream", "stream_options", "n"})
-
 
 class ChatProtocol(Adapter):
     """The chat-completions adapter (see `proxy.protocols.base.WireProtocol`)."""
 
     api = API.CHAT
     path = "chat/completions"
+    not_reasked = frozenset({"stream", "stream_options", "n"})
 
     def view(self, body: dict[str, Any], index: ToolIndex | None) -> TurnView:
         messages = self.conversation(body)
@@ -88,20 +83,6 @@ class ChatProtocol(Adapter):
         if usage is not None:
             body["usage"] = dict(usage)
         return body
-
-    def reask(
-        self,
-        body: dict[str, Any],
-        message: Message,
-        violations: Sequence[Violation],
-        index: ToolIndex,
-    ) -> dict[str, Any]:
-        request = {k: v for k, v in body.items() if k not in _NOT_REASKED}
-        request["messages"] = [
-            *body["messages"],
-            *corrective_messages(message, violations, index),
-        ]
-        return request
 
     def finish(self, body: dict[str, Any], text: str) -> dict[str, Any]:
         model = body.get("model")

@@ -3,30 +3,21 @@ fields the turn reads; every other field is allowed and passed through (DESIGN Â
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
+
+from proxy.protocols.schema import request_body
 
 ROUTE: Final = "/v1/chat/completions"
 """The route the proxy serves the protocol at."""
 
-REQUEST_BODY: Final[dict[str, Any]] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "required": ["messages"],
-                    "properties": {
-                        "model": {"type": "string"},
-                        "messages": {"type": "array", "items": {"type": "object"}},
-                        "tools": {"type": "array", "items": {"type": "object"}},
-                        "tool_choice": {},
-                        "stream": {"type": "boolean"},
-                    },
-                    "additionalProperties": True,
-                }
-            }
-        },
-    }
-}
+REQUEST_BODY: Final = request_body(
+    "messages",
+    {
+        "model": {"type": "string"},
+        "messages": {"type": "array", "items": {"type": "object"}},
+        "tools": {"type": "array", "items": {"type": "object"}},
+        "tool_choice": {},
+        "stream": {"type": "boolean"},
+    },
+)
 """The route's `requestBody`, as FastAPI's `openapi_extra` takes it."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 import proxy.protocols.messages.answer as wire
 from proxy.errors import ToolsentryError, UpstreamProtocolError
@@ -26,8 +26,6 @@ from proxy.protocols.messages.request import reask_turns, session_hints, tool_re
 from proxy.protocols.messages.stream import MessagesAssembly
 from proxy.protocols.messages.tools import chat_tools, tool_choice
 from proxy.sse import encode_typed_event
-
-_NOT_REASKED: Final = frozenset({"stream"})
 
 
 class MessagesProtocol(Adapter):
@@ -71,16 +69,10 @@ class MessagesProtocol(Adapter):
             body["usage"] = dict(usage)
         return body
 
-    def reask(
-        self,
-        body: dict[str, Any],
-        message: Message,
-        violations: Sequence[Violation],
-        index: ToolIndex,
-    ) -> dict[str, Any]:
-        request = {k: v for k, v in body.items() if k not in _NOT_REASKED}
-        request["messages"] = [*body["messages"], *reask_turns(message, violations, index)]
-        return request
+    def reask_continuation(
+        self, message: Message, violations: Sequence[Violation], index: ToolIndex
+    ) -> list[dict[str, Any]]:
+        return reask_turns(message, violations, index)
 
     def finish(self, body: dict[str, Any], text: str) -> dict[str, Any]:
         return wire.body(closing_answer(body, text))

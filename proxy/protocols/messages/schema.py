@@ -3,37 +3,28 @@ fields the turn reads; every other field is allowed and passed through (DESIGN Â
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
+
+from proxy.protocols.schema import request_body
 
 ROUTE: Final = "/v1/messages"
 """The route the proxy serves the protocol at."""
 
-REQUEST_BODY: Final[dict[str, Any]] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "required": ["messages"],
-                    "properties": {
-                        "model": {"type": "string"},
-                        "max_tokens": {"type": "integer"},
-                        "messages": {"type": "array", "items": {"type": "object"}},
-                        "system": {
-                            "anyOf": [
-                                {"type": "string"},
-                                {"type": "array", "items": {"type": "object"}},
-                            ]
-                        },
-                        "tools": {"type": "array", "items": {"type": "object"}},
-                        "tool_choice": {"type": "object"},
-                        "stream": {"type": "boolean"},
-                    },
-                    "additionalProperties": True,
-                }
-            }
+REQUEST_BODY: Final = request_body(
+    "messages",
+    {
+        "model": {"type": "string"},
+        "max_tokens": {"type": "integer"},
+        "messages": {"type": "array", "items": {"type": "object"}},
+        "system": {
+            "anyOf": [
+                {"type": "string"},
+                {"type": "array", "items": {"type": "object"}},
+            ]
         },
-    }
-}
+        "tools": {"type": "array", "items": {"type": "object"}},
+        "tool_choice": {"type": "object"},
+        "stream": {"type": "boolean"},
+    },
+)
 """The route's `requestBody`, as FastAPI's `openapi_extra` takes it."""

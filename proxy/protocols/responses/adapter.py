@@ -28,7 +28,6 @@ from proxy.protocols.responses.stream import EventWriter, ResponsesAssembly
 from proxy.protocols.responses.tools import chat_tools, guard_tool_choice
 from proxy.session.budget import SessionHints
 
-_NOT_REASKED: Final = frozenset({"stream", "stream_options", "background"})
 _DICT: Final = repeat(dict)  # `map(isinstance, items, _DICT)`: every item checked in C
 
 
@@ -37,6 +36,8 @@ class ResponsesProtocol(Adapter):
 
     api = API.RESPONSES
     path = "responses"
+    reasked = "input"
+    not_reasked = frozenset({"stream", "stream_options", "background"})
 
     def guard_tools(self, tools: list[Any]) -> list[Any]:
         return chat_tools(tools)
@@ -104,19 +105,13 @@ class ResponsesProtocol(Adapter):
             body["usage"] = dict(usage)
         return body
 
-    def reask(
-        self,
-        body: dict[str, Any],
-        message: Message,
-        violations: Sequence[Violation],
-        index: ToolIndex,
-    ) -> dict[str, Any]:
-        request = {k: v for k, v in body.items() if k not in _NOT_REASKED}
-        request["input"] = [
-            *input_items(body.get("input")),
-            *reask_items(message, violations, index),
-        ]
-        return request
+    def reask_history(self, body: dict[str, Any]) -> list[Any]:
+        return input_items(body.get("input"))
+
+    def reask_continuation(
+        self, message: Message, violations: Sequence[Violation], index: ToolIndex
+    ) -> list[dict[str, Any]]:
+        return reask_items(message, violations, index)
 
     def finish(self, body: dict[str, Any], text: str) -> dict[str, Any]:
         model = body.get("model")

@@ -3,37 +3,28 @@ fields the turn reads; every other field is allowed and passed through (DESIGN Â
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
+
+from proxy.protocols.schema import request_body
 
 ROUTE: Final = "/v1/responses"
 """The route the proxy serves the protocol at."""
 
-REQUEST_BODY: Final[dict[str, Any]] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "required": ["input"],
-                    "properties": {
-                        "model": {"type": "string"},
-                        "input": {
-                            "anyOf": [
-                                {"type": "string"},
-                                {"type": "array", "items": {"type": "object"}},
-                            ]
-                        },
-                        "instructions": {"type": "string"},
-                        "tools": {"type": "array", "items": {"type": "object"}},
-                        "tool_choice": {},
-                        "previous_response_id": {"type": "string"},
-                        "stream": {"type": "boolean"},
-                    },
-                    "additionalProperties": True,
-                }
-            }
+REQUEST_BODY: Final = request_body(
+    "input",
+    {
+        "model": {"type": "string"},
+        "input": {
+            "anyOf": [
+                {"type": "string"},
+                {"type": "array", "items": {"type": "object"}},
+            ]
         },
-    }
-}
+        "instructions": {"type": "string"},
+        "tools": {"type": "array", "items": {"type": "object"}},
+        "tool_choice": {},
+        "previous_response_id": {"type": "string"},
+        "stream": {"type": "boolean"},
+    },
+)
 """The route's `requestBody`, as FastAPI's `openapi_extra` takes it."""

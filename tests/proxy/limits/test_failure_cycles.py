@@ -6,7 +6,6 @@ whatever only it would free is found."""
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator
 
 import httpx
@@ -15,6 +14,7 @@ import pytest
 from proxy.app import create_app
 from proxy.config import Settings
 from proxy.testing import LoopbackServer
+from tests.proxy.cycles import collector_off, left_in_cycles
 from tests.proxy.limits.hostile import MB, Hostile
 from tests.proxy.limits.test_upstream_caps import BODIES, PATHS
 
@@ -32,35 +32,6 @@ def hostile_proxy() -> Iterator[tuple[Hostile, str]]:
             yield script, server.url
 
 
-@pytest.fixture
-def collector_off() -> Iterator[None]:
-    """The cycle collector off for the test (what a request leaves in cycles stays findable)."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.set_debug(0)
-        gc.enable()
-
-
-def left_in_cycles() -> list[str]:
-    """What only the collector would free: the proxy's own objects, and large buffers."""
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    gc.collect()
-    found = sorted(
-        {
-            type(o).__qualname__
-            for o in gc.garbage
-            if type(o).__module__.startswith("proxy.")
-            or (isinstance(o, bytes | bytearray | str) and len(o) >= BIG)
-        }
-    )
-    gc.garbage.clear()
-    gc.set_debug(0)
-    return found
-
-
 @pytest.mark.parametrize(
     ("mode", "stream"),
     [("breaks", False), ("big", False), ("breaks_stream", True), ("endless", True)],
@@ -68,15 +39,16 @@ def left_in_cycles() -> list[str]:
 )
 @pytest.mark.parametrize("api", ["chat", "responses", "messages"])
 def test_a_failed_answer_leaves_no_cycle(
-    hostile_proxy: tuple[Hostile, str], api: str, mode: str, stream: bool, collector_off: None
+    hostile_proxy: tuple[Hostile, str], api: str, mode: str, stream: bool
 ) -> None:
     script, url = hostile_proxy
     script.mode, script.size = mode, MB // 2 if mode.startswith("breaks") else 2 * MB
     body = {**BODIES[api], "stream": stream}
     headers = {"x-session-id": f"cycles-{api}", "anthropic-version": "2023-06-01"}
-    with httpx.Client(base_url=url, timeout=30) as http:
-        for _ in range(3):
-            response = http.post(PATHS[api], json=body, headers=headers)
-            assert response.status_code == (200 if stream else 502), response.text[:300]
-    found = left_in_cycles()
+    with collector_off():
+        with httpx.Client(base_url=url, timeout=30) as http:
+            for _ in range(3):
+                response = http.post(PATHS[api], json=body, headers=headers)
+                assert response.status_code == (200 if stream else 502), response.text[:300]
+        found = left_in_cycles(buffers_from=BIG)
     assert found == [], "\n".join(found)
