@@ -4,11 +4,13 @@ valid against the request's tools or reported by the proxy in `x-toolsentry-viol
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import jsonschema
@@ -19,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 MODEL = "gemma-270m"
 SUMMARY_PREFIX = ": x-toolsentry "
+HERMES_OPEN = "<tool_call>"
 
 GET_ORDER_DETAILS: dict[str, Any] = {
     "type": "function",
@@ -363,11 +366,31 @@ def failures(
             "leaked_tool_call",
             *cut,
         )
-    if "<tool_call>" in content:
-        fail("content holds a <tool_call>", "leaked_tool_call", "malformed_arguments", *cut)
+    if (written := written_call(content)) is not None:
+        fail(
+            f"content holds a call written as text ({written!r})",
+            "leaked_tool_call",
+            "malformed_arguments",
+            *cut,
+        )
     if not content.strip() and not calls:
         fail("neither content nor tool calls", "empty_response", "tool_choice_violation", *cut)
     return found
+
+
+def written_call(content: str) -> str | None:
+    """The first hermes call the model wrote into `content` as text, or None: a `<tool_call>`
+    before a JSON object (what vLLM's hermes parser reads), or a closed `<tool_call>` element
+    that opens a line around something. The tag inside a sentence is prose about it, as when a
+    small model at temperature 1 echoes its instructions' "<tool_call></tool_call> XML tags"
+    (docs/leaks.md: a marker named in prose is not a call)."""
+    for start in (m.start() for m in re.finditer(re.escape(HERMES_OPEN), content)):
+        rest = content[start + len(HERMES_OPEN) :]
+        line = content[content.rfind("\n", 0, start) + 1 : start]
+        body, closed, _ = rest.partition("</tool_call>")
+        if rest.lstrip().startswith("{") or (not line.strip() and closed and body.strip()):
+            return content[start : start + 80]
+    return None
 
 
 def unreported(
@@ -441,20 +464,44 @@ def check_turn(
     assert_reported_and_counted(proxy_url, session, received, api=api)
 
 
+# How many of a sweep's requests are in flight at once. vLLM batches them: on two CPU cores a
+# batch of eight decodes in about the time of two requests one after the other, which is most of
+# what keeps the live suite inside CI's time limit. The judge is per request, so order is kept.
+SWEEP_CONCURRENCY = 8
+
+T = TypeVar("T")
+
+
+def send_all(send: Callable[[Prompt, str, bool], T]) -> list[tuple[Prompt, str, bool, T]]:
+    """Every prompt in every mode through `send` (prompt, choice, stream), up to
+    `SWEEP_CONCURRENCY` at a time: each request with what came back, in PROMPTS × MODES order."""
+    turns = [(prompt, choice, stream) for prompt in PROMPTS for choice, stream in MODES]
+    with ThreadPoolExecutor(SWEEP_CONCURRENCY) as pool:
+        received = list(pool.map(lambda turn: send(*turn), turns))
+    return [(*turn, answer) for turn, answer in zip(turns, received, strict=True)]
+
+
+def described(prompt: Prompt, choice: str, stream: bool, problem: str) -> str:
+    """A sweep's problem, prefixed with the request it came from."""
+    return f"{prompt.name}/{choice}/{'stream' if stream else 'json'}: {problem}"
+
+
 def sweep(send: Send, proxy_url: str, *, api: str) -> tuple[Counter[str], list[str]]:
     """Every prompt in every mode through `send` (prompt, choice, stream, session), each turn
     checked as reported and counted under `api`: the channels reported, and the failures the
     client received that no report accounts for."""
     seen: Counter[str] = Counter()
     problems: list[str] = []
-    for prompt in PROMPTS:
-        for choice, stream in MODES:
-            session = f"live-{api}-{uuid.uuid4().hex[:12]}"
-            received = send(prompt, choice, stream, session)
-            seen.update(received.violations)
-            problems += [
-                f"{prompt.name}/{choice}/{'stream' if stream else 'json'}: {problem}"
-                for problem in unreported(received, prompt.tools, tool_choice_for(prompt, choice))
-            ]
-            assert_reported_and_counted(proxy_url, session, received, api=api)
+
+    def one(prompt: Prompt, choice: str, stream: bool) -> tuple[str, Received]:
+        session = f"live-{api}-{uuid.uuid4().hex[:12]}"
+        return session, send(prompt, choice, stream, session)
+
+    for prompt, choice, stream, (session, received) in send_all(one):
+        seen.update(received.violations)
+        problems += [
+            described(prompt, choice, stream, problem)
+            for problem in unreported(received, prompt.tools, tool_choice_for(prompt, choice))
+        ]
+        assert_reported_and_counted(proxy_url, session, received, api=api)
     return seen, problems

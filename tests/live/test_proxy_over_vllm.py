@@ -25,9 +25,11 @@ from tests.live.scenarios import (
     Prompt,
     Received,
     counter_values,
+    described,
     failures,
     labels,
     send,
+    send_all,
     tool_choice_for,
     unreported,
 )
@@ -81,13 +83,15 @@ def test_vllm_alone_lets_tool_call_failures_reach_the_client(
     """The problem the proxy exists for: the same requests straight to vLLM, nothing checked."""
     found: Counter[str] = Counter()
     with openai.OpenAI(base_url=vllm_url, api_key="unused", max_retries=0, timeout=600) as direct:
-        for prompt in PROMPTS:
-            for choice, stream in MODES:
-                received = send(direct, prompt, choice, stream, new_session(), max_tokens=64)
-                found.update(
-                    f.channel
-                    for f in failures(received, prompt.tools, tool_choice_for(prompt, choice))
-                )
+        turns = send_all(
+            lambda prompt, choice, stream: send(
+                direct, prompt, choice, stream, new_session(), max_tokens=64
+            )
+        )
+    for prompt, choice, _, received in turns:
+        found.update(
+            f.channel for f in failures(received, prompt.tools, tool_choice_for(prompt, choice))
+        )
 
     total = len(PROMPTS) * len(MODES)
     summary.append(
@@ -139,17 +143,18 @@ def test_a_fixed_set_of_requests_is_valid_or_reported_and_counted_per_channel(
     repaired_responses = 0
     problems: list[str] = []
 
-    for prompt in PROMPTS:
-        for choice, stream in MODES:
-            session = new_session()
-            received = send(client, prompt, choice, stream, session, max_tokens=64)
-            seen.update(received.violations)
-            repaired_responses += received.repairs > 0
-            problems += [
-                f"{prompt.name}/{choice}/{'stream' if stream else 'json'}: {problem}"
-                for problem in unreported(received, prompt.tools, tool_choice_for(prompt, choice))
-            ]
-            assert_reported_and_counted(proxy_url, session, received, stream=stream)
+    def one(prompt: Prompt, choice: str, stream: bool) -> tuple[str, Received]:
+        session = new_session()
+        return session, send(client, prompt, choice, stream, session, max_tokens=64)
+
+    for prompt, choice, stream, (session, received) in send_all(one):
+        seen.update(received.violations)
+        repaired_responses += received.repairs > 0
+        problems += [
+            described(prompt, choice, stream, problem)
+            for problem in unreported(received, prompt.tools, tool_choice_for(prompt, choice))
+        ]
+        assert_reported_and_counted(proxy_url, session, received, stream=stream)
 
     after = httpx.get(f"{proxy_url}/metrics", timeout=30).text
     violations = delta(before, after, "toolsentry_violations_total")
