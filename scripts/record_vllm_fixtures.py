@@ -32,7 +32,7 @@ import httpx
 
 # The fixtures are recorded with the very tools and system prompt the live suite sends.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.live.scenarios import (
+from scripts.live_requests import (
     GET_ORDER_DETAILS,
     SYSTEM,
     TOOLS,

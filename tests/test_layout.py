@@ -8,13 +8,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-KNOWN = {("bench/repair.py", "tests.live.scenarios")}
-"""Imports across the line still waiting for a home both sides may import: the repair benchmark
-runs the live tests' prompts and their validity check against a real vLLM, and the one neutral
-module both could import (the proxy's test support) is being moved in the same re-cut. Listed
-here so the exception cannot grow; the test below fails once an entry is gone, so the list is
-kept true."""
-
 
 def imports_of(path: Path) -> set[str]:
     """Every module `path` imports, by absolute name (also inside functions or TYPE_CHECKING)."""
@@ -39,11 +32,8 @@ def crossings() -> set[tuple[str, str]]:
 
 
 def test_tests_and_benchmarks_never_import_each_other() -> None:
-    assert crossings() - KNOWN == set()
-
-
-def test_every_listed_exception_still_exists() -> None:
-    assert KNOWN - crossings() == set()
+    """What both need (the live requests and their judge, the vLLM lookup) lives in scripts/."""
+    assert crossings() == set()
 
 
 def test_the_scan_sees_imports_inside_functions(tmp_path: Path) -> None:

@@ -20,8 +20,7 @@ import httpx
 import openai
 import pytest
 
-from tests.live.conftest import SUMMARY, ProxyNotReady, running_proxy
-from tests.live.scenarios import (
+from scripts.live_requests import (
     MODES,
     PROMPTS,
     Prompt,
@@ -31,6 +30,7 @@ from tests.live.scenarios import (
     tool_choice_for,
     unreported,
 )
+from tests.live.conftest import SUMMARY, ProxyNotReady, running_proxy
 
 pytestmark = pytest.mark.vllm
 

@@ -20,8 +20,10 @@ import pytest
 from evalkit.domains import get_domain
 from evalkit.formats import read_results
 from proxy.guard.toolcheck import validate
+from scripts.live_requests import (
+    MODEL,
+)
 from tests.live.conftest import ROOT
-from tests.live.scenarios import MODEL
 
 pytestmark = pytest.mark.vllm
 

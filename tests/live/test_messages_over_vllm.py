@@ -17,17 +17,19 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.live.scenarios import (
+from scripts.live_requests import (
     MODEL,
     MODES,
     PROMPTS,
     SUMMARY_PREFIX,
     Prompt,
     Received,
+    tool_choice_for,
+)
+from tests.live.scenarios import (
     check_turn,
     each_turn,
     sweep,
-    tool_choice_for,
 )
 
 pytestmark = pytest.mark.vllm

@@ -18,20 +18,22 @@ import httpx
 import openai
 import pytest
 
-from tests.live.scenarios import (
+from scripts.live_requests import (
     MODEL,
     MODES,
     PROMPTS,
     Prompt,
     Received,
     counter_values,
-    described,
     failures,
     labels,
     send,
-    send_all,
     tool_choice_for,
     unreported,
+)
+from tests.live.scenarios import (
+    described,
+    send_all,
 )
 
 pytestmark = pytest.mark.vllm
