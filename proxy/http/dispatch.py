@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import structlog
@@ -101,7 +101,7 @@ class TurnRoute:
         exchange.key = self.keys.require_client(headers)
         raw = await read_body(headers, receive, self.pipeline.settings.max_body_bytes)
         parsed = self.bodies.parse(raw)
-        _read_stream_flag(parsed.body)
+        read_flags(parsed.body)
         exchange.model = parsed.body.get("model")
         trace = CURRENT_TRACE.get()
         if trace is not None and isinstance(exchange.model, str):
@@ -129,21 +129,34 @@ class TurnRoute:
 _LAX_BOOL: TypeAdapter[bool | None] = TypeAdapter(bool | None)
 
 
-def _read_stream_flag(body: dict[str, Any]) -> None:
-    """Read a `stream` that is not a JSON boolean as the upstream does: vLLM's request models of
-    all three protocols declare `stream: bool | None` and validate in pydantic's lax mode, where
-    "false", "0", "no" and "off" are false and "true", "1", "yes" and "on" true; anything else is
-    refused with 400, as the upstream would. The body keeps the flag as a boolean, so the proxy
-    streams exactly when the upstream does. Raises BadRequestError."""
-    flag = body.get("stream")
-    if flag is None or flag is True or flag is False:
-        return
-    try:
-        body["stream"] = bool(_LAX_BOOL.validate_python(flag))
-    except ValidationError:
-        raise BadRequestError(
-            f"'stream' must be a boolean, got {orjson.dumps(flag)[:64].decode()}", param="stream"
-        ) from None
+# The booleans the proxy itself reads from a request body, by path: each must mean to the proxy
+# what it means to the upstream.
+_FLAGS: Final = (("stream",), ("stream_options", "include_usage"))
+
+
+def read_flags(body: dict[str, Any]) -> None:
+    """Read each boolean the proxy acts on (`stream`, `stream_options.include_usage`) as the
+    upstream does when it is not a JSON boolean: vLLM's request models of all three protocols
+    declare them `bool | None` and validate in pydantic's lax mode, where "false", "0", "no" and
+    "off" are false and "true", "1", "yes" and "on" true; anything else is refused with 400, as
+    the upstream would. The body keeps each flag as a boolean, so the proxy streams (and adds a
+    usage chunk) exactly when the upstream does. Raises BadRequestError."""
+    for path in _FLAGS:
+        holder: Any = body
+        for key in path[:-1]:
+            holder = holder.get(key) if isinstance(holder, dict) else None
+        if not isinstance(holder, dict):
+            continue
+        flag = holder.get(path[-1])
+        if flag is None or flag is True or flag is False:
+            continue
+        name = ".".join(path)
+        try:
+            holder[path[-1]] = bool(_LAX_BOOL.validate_python(flag))
+        except ValidationError:
+            raise BadRequestError(
+                f"'{name}' must be a boolean, got {orjson.dumps(flag)[:64].decode()}", param=name
+            ) from None
 
 
 def _finish_trace(trace: RequestTrace, exchange: Exchange, status: int) -> None:

@@ -1,6 +1,7 @@
-"""A `stream` flag that is not a JSON boolean is read as the upstream reads it: vLLM's request
-models of all three protocols declare `stream: bool | None` in pydantic's lax mode, so "false"
-is false and "true" true, and a string that is no boolean is a 400.
+"""A `stream` flag (and `stream_options.include_usage`) that is not a JSON boolean is read as the
+upstream reads it: vLLM's request models of all three protocols declare them `bool | None` in
+pydantic's lax mode, so "false" is false and "true" true, and a string that is no boolean is a
+400.
 
 Before, the proxy tested the flag's truthiness: `"stream": "false"` made it expect a stream the
 upstream never sent, and `"stream": "maybe"` went upstream at all.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.http.dispatch import read_flags
 from tests.proxy.security.support import TURN_ROUTES, Proxy, RecordingUpstream, send, turn_body
 
 
@@ -50,4 +52,22 @@ def test_a_flag_that_is_no_boolean_is_refused_in_the_protocols_shape(
         assert body["error"]["type"] == "invalid_request_error"
     else:
         assert body["error"]["param"] == "stream"
+    assert upstream.received == []
+
+
+@pytest.mark.parametrize("flag", ["false", "0", "off"])
+def test_a_false_string_for_include_usage_is_read_as_false(flag: str) -> None:
+    body = {"stream": "true", "stream_options": {"include_usage": flag}}
+    read_flags(body)
+    assert body == {"stream": True, "stream_options": {"include_usage": False}}
+
+
+def test_an_include_usage_that_is_no_boolean_is_refused_before_the_upstream(
+    edge: Proxy, upstream: RecordingUpstream
+) -> None:
+    body = turn_body("/v1/chat/completions", stream=True)
+    body["stream_options"] = {"include_usage": "maybe"}
+    reply = send(edge.port, "POST", "/v1/chat/completions", body)
+    assert reply.status == 400, reply.body
+    assert reply.json()["error"]["param"] == "stream_options.include_usage"
     assert upstream.received == []
