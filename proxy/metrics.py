@@ -63,7 +63,9 @@ class CallOutcome(enum.StrEnum):
 
 
 class RepairResult(enum.StrEnum):
-    """How repairing one violation went: the `result` label of `toolsentry_repairs_total`."""
+    """How repairing one violation went: the `result` label of `toolsentry_repairs_total`, which
+    counts only repairs tried (a violation under `repair: off` counts in `toolsentry_violations_total`
+    alone)."""
 
     SUCCESS = "success"  # the answer the client got has no violation left
     FAILURE = "failure"  # violations remained after every repair allowed
@@ -110,7 +112,8 @@ LEAKED_CALLS = Family(
 )
 REPAIRS = Family(
     "toolsentry_repairs",
-    "Repair outcomes per violation channel (result: success or failure).",
+    "Repairs tried, per violation channel (result: success, failure, local_fix, fallback); a "
+    "violation no repair was tried for (repair: off) is not counted here.",
     ("model", "channel", "result", "api"),
 )
 TRACE_SPANS_DROPPED = Family(

@@ -302,19 +302,25 @@ class Turn:
             trace.found(found)
         current, remaining = message, found
         usage: list[Mapping[str, Any]] = []
+        attempted = False  # a repair tried: a local fix made, or a re-ask sent
         if settings.local_fixes:
             current, fixed = local_fix(current, remaining, view.index)
             if fixed:
+                attempted = True
                 remaining = validate(
                     current, None, view.tool_choice, finish_reason=reason, index=view.index
                 )
                 self._count_repairs(fixed, RepairResult.LOCAL_FIX)
 
         if remaining and self.repair.reasks and settings.max_reasks > 0:
+            attempted = True
             current, reason, remaining, usage = await self._reask(current, reason, remaining)
 
         repaired = not remaining
-        self._count_repairs(found, RepairResult.SUCCESS if repaired else RepairResult.FAILURE)
+        if attempted:
+            # Without repair (`repair: off`, no re-asks) a violation is counted as a violation
+            # only: a repair that was never tried did not fail.
+            self._count_repairs(found, RepairResult.SUCCESS if repaired else RepairResult.FAILURE)
         if trace is not None:
             trace.settled(repaired=repaired, decision=_decision(repaired, settings.on_unrepaired))
             trace.finish_reason(reason)

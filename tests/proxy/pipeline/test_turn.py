@@ -5,6 +5,7 @@ on loopback for the re-asks; the turn's beginning is tested with the gate (test_
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -68,11 +69,19 @@ async def test_an_unknown_tool_is_reasked_and_the_repair_is_reported_and_counted
     assert counted(pipeline, "toolsentry_tool_calls_total", outcome=repaired) == 1
 
 
+@pytest.mark.parametrize(
+    ("settings", "headers"),
+    [({}, {REPAIR_HEADER: "off"}), ({"repair": "off"}, {}), ({"max_reasks": 0}, {})],
+    ids=["header", "setting", "no-reasks"],
+)
 async def test_without_repair_the_failure_reaches_the_client_and_costs_one_error(
-    make_pipeline: Callable[..., Pipeline], script: tuple[ScriptedUpstream, str]
+    make_pipeline: Callable[..., Pipeline],
+    script: tuple[ScriptedUpstream, str],
+    settings: dict[str, Any],
+    headers: dict[str, str],
 ) -> None:
-    pipeline = make_pipeline()
-    turn = await begin(pipeline, "s-off", **{REPAIR_HEADER: "off"})
+    pipeline = make_pipeline(**settings)
+    turn = await begin(pipeline, "s-off", **headers)
     settled = await turn.settle(answer(UNKNOWN, VALID))
     assert settled.message["tool_calls"] == [UNKNOWN, VALID]
     assert not script[0].requests  # nothing was re-asked
@@ -80,10 +89,14 @@ async def test_without_repair_the_failure_reaches_the_client_and_costs_one_error
     assert (report.errors, report.repairs, report.violations) == (1, 0, ("unknown_tool",))
     assert counted(pipeline, "toolsentry_tool_calls_total", outcome="invalid") == 1
     assert counted(pipeline, "toolsentry_tool_calls_total", outcome="valid") == 1
-    failure = RepairResult.FAILURE.value
-    assert (
-        counted(pipeline, "toolsentry_repairs_total", channel="unknown_tool", result=failure) == 1
-    )
+    violations = counted(pipeline, "toolsentry_violations_total", channel="unknown_tool")
+    assert violations == 1
+    # No repair was tried, so none failed: the violation is counted as one, and only as one.
+    for result in RepairResult:
+        assert (
+            counted(pipeline, "toolsentry_repairs_total", channel="unknown_tool", result=result)
+            == 0
+        )
 
 
 async def test_on_unrepaired_strip_removes_the_call_and_a_message_left_without_calls_stops(
