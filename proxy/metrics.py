@@ -129,7 +129,14 @@ KEY_REQUESTS = Family(
 )
 BUDGET_EXHAUSTED = Family(
     "toolsentry_budget_exhausted",
-    "Requests refused or finished because the session's error budget was spent.",
+    "Sessions whose error budget ran out, each counted once: by the request whose failures "
+    "spent its last unit (whatever the exhaustion policy).",
+    ("model", "api"),
+)
+BUDGET_REFUSALS = Family(
+    "toolsentry_budget_refusals",
+    "Requests not sent upstream because their session's error budget was spent (reject: the "
+    "429; finish: the closing answer); a session refused twice counts twice.",
     ("model", "api"),
 )
 UPSTREAM_SECONDS = Family(
@@ -209,6 +216,7 @@ class Metrics:
         self.repairs = REPAIRS.counter(r)
         self.trace_spans_dropped = TRACE_SPANS_DROPPED.counter(r)
         self.budget_exhausted = BUDGET_EXHAUSTED.counter(r)
+        self.budget_refusals = BUDGET_REFUSALS.counter(r)
         self.key_requests = KEY_REQUESTS.counter(r)
         self._keys: dict[tuple[str, str], PromCounter] = {}
         self.upstream_seconds = UPSTREAM_SECONDS.histogram(r)

@@ -108,13 +108,15 @@ class Pipeline:
             self.metrics.violations.labels(model, Channel.TOOL_ERROR.value, protocol.api).inc(
                 tool_errors
             )
+            if budget.spent_by(record.errors, tool_errors):
+                self.metrics.budget_exhausted.labels(model, protocol.api).inc()
         turn = Turn(self, protocol, body, view, headers, exchange, model, session, budget, repair)
         turn.upstream = upstream
         turn.record = record
         turn.shadowed = self.shadow is not None and self.shadow.wants(model, session)
         exchange.turn = turn
         if budget.exhausted(record.errors) and budget.policy is not ExhaustionPolicy.OBSERVE:
-            self.metrics.budget_exhausted.labels(model, protocol.api).inc()
+            self.metrics.budget_refusals.labels(model, protocol.api).inc()
             text = (
                 f"session '{turn.shown_session}' has used its error budget: {record.errors} tool errors "
                 f"of {budget.max_errors} allowed"

@@ -522,6 +522,8 @@ class Turn:
                 channels=Counter(v.channel.value for v in self._found),
                 now=time.time(),
             )
+            if self.budget.spent_by(self.record.errors, errors):
+                pipeline.metrics.budget_exhausted.labels(self.model, self.protocol.api).inc()
         for response_id in self._responses:
             await pipeline.store.link_response(response_id, self.session, now=time.time())
         report = self._closed = self._report(status, final=True)

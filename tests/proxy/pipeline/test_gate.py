@@ -10,6 +10,8 @@ import pytest
 from proxy.errors import BadRequestError, BudgetExhaustedError
 from proxy.headers import HEADER_PREFIX, MAX_ERRORS_HEADER, REPAIR_HEADER
 from proxy.pipeline.gate import Pipeline
+from proxy.testing import tool_call
+from tests.proxy.builders import make_request
 from tests.proxy.pipeline.turns import UNKNOWN, answer, begin, counted
 
 
@@ -75,3 +77,38 @@ async def test_the_proxys_own_controls_are_not_forwarded_upstream(
     turn = await begin(pipeline, "s-forward", **controls)
     assert turn.forward["x-request-id"] == "req-1"
     assert not [name for name in turn.forward if name.startswith(HEADER_PREFIX)]
+
+
+async def test_a_session_refused_twice_ran_out_once_and_was_refused_twice(
+    make_pipeline: Callable[..., Pipeline],
+) -> None:
+    pipeline = make_pipeline(repair="off", max_errors=1)
+    first = await begin(pipeline, "s-twice")
+    await first.settle(answer(UNKNOWN))
+    await first.close(200)  # its one unrepaired call spends the budget
+    assert counted(pipeline, "toolsentry_budget_exhausted_total") == 1
+    assert counted(pipeline, "toolsentry_budget_refusals_total") == 0
+    for _ in range(2):
+        with pytest.raises(BudgetExhaustedError):
+            await begin(pipeline, "s-twice")
+    assert counted(pipeline, "toolsentry_budget_exhausted_total") == 1
+    assert counted(pipeline, "toolsentry_budget_refusals_total") == 2
+
+
+async def test_tool_errors_that_spend_the_budget_count_the_session_under_every_policy(
+    make_pipeline: Callable[..., Pipeline],
+) -> None:
+    pipeline = make_pipeline(max_errors=2, exhaustion_policy="observe")
+    failed = [
+        {"role": "tool", "tool_call_id": f"call_{n}", "content": "Error: no such order"}
+        for n in range(3)
+    ]
+    body = make_request()
+    for n in range(3):  # each request reports one failed tool result more
+        calls = [tool_call("get_order_details", {"order_id": "#W1"}, id=f"call_{n}")]
+        body["messages"] += [{"role": "assistant", "content": None, "tool_calls": calls}, failed[n]]
+        turn = await begin(pipeline, "s-observed", body)
+        await turn.close(200)
+    assert turn.record.errors == 3
+    assert counted(pipeline, "toolsentry_budget_exhausted_total") == 1
+    assert counted(pipeline, "toolsentry_budget_refusals_total") == 0  # observe refuses nothing

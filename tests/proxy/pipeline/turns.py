@@ -18,10 +18,14 @@ VALID = tool_call("get_order_details", {"order_id": "#W1"}, id="call_ok")
 UNKNOWN = tool_call("lookup_order", {"order_id": "#W1"}, id="call_bad")
 
 
-async def begin(pipeline: Pipeline, session: str, **headers: str) -> Turn:
+async def begin(
+    pipeline: Pipeline, session: str, body: dict[str, Any] | None = None, **headers: str
+) -> Turn:
+    """A chat turn of `session` begun with `body` (`make_request()` by default) and `headers`."""
     exchange = Exchange("chat", time.perf_counter())
     headers = {"x-session-id": session, **headers}
-    return await pipeline.begin(ChatProtocol(pipeline.limits), make_request(), headers, exchange)
+    body = make_request() if body is None else body
+    return await pipeline.begin(ChatProtocol(pipeline.limits), body, headers, exchange)
 
 
 def answer(*calls: dict[str, Any], content: str | None = None) -> Choice:
