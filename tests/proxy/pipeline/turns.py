@@ -19,7 +19,7 @@ UNKNOWN = tool_call("lookup_order", {"order_id": "#W1"}, id="call_bad")
 
 
 async def begin(
-    pipeline: Pipeline, session: str, body: dict[str, Any] | None = None, **headers: str
+    pipeline: Pipeline, session: str, body: dict[str, Any] | None = None, /, **headers: str
 ) -> Turn:
     """A chat turn of `session` begun with `body` (`make_request()` by default) and `headers`."""
     exchange = Exchange("chat", time.perf_counter())
