@@ -113,7 +113,9 @@ class Pipeline:
         turn = Turn(self, protocol, body, view, headers, exchange, model, session, budget, repair)
         turn.upstream = upstream
         turn.record = record
-        turn.shadowed = self.shadow is not None and self.shadow.wants(model, session)
+        turn.shadowed = self.shadow is not None and self.shadow.wants(
+            model, session, upstream=upstream.name
+        )
         exchange.turn = turn
         if budget.exhausted(record.errors) and budget.policy is not ExhaustionPolicy.OBSERVE:
             self.metrics.budget_refusals.labels(model, protocol.api).inc()
