@@ -27,7 +27,7 @@ from proxy.http.replies import JSONReply, error_reply
 from proxy.http.routes import add_routes
 from proxy.logs import get_logger
 from proxy.metrics import Metrics, UnknownToolStats
-from proxy.pipeline.turn import Pipeline
+from proxy.pipeline.gate import Pipeline
 from proxy.protocols.base import API, WireProtocol
 from proxy.protocols.chat import ChatProtocol
 from proxy.protocols.chat import schema as chat_schema

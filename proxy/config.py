@@ -114,7 +114,9 @@ class ShadowConfig(BaseModel):
         default=None, description="Name of the upstream that answers the shadow copies."
     )
     models: list[str] = Field(
-        default_factory=list, description="Models whose requests are shadowed; empty means all."
+        default_factory=list,
+        description="Models whose requests are shadowed; empty means all. Requests the reference "
+        "upstream serves itself are never shadowed.",
     )
     sample: float = Field(
         default=0.05, ge=0.0, le=1.0, description="Share of sessions shadowed on every turn."

@@ -63,7 +63,9 @@ class CallOutcome(enum.StrEnum):
 
 
 class RepairResult(enum.StrEnum):
-    """How repairing one violation went: the `result` label of `toolsentry_repairs_total`."""
+    """How repairing one violation went: the `result` label of `toolsentry_repairs_total`, which
+    counts only repairs tried (a violation under `repair: off` counts in `toolsentry_violations_total`
+    alone)."""
 
     SUCCESS = "success"  # the answer the client got has no violation left
     FAILURE = "failure"  # violations remained after every repair allowed
@@ -110,7 +112,8 @@ LEAKED_CALLS = Family(
 )
 REPAIRS = Family(
     "toolsentry_repairs",
-    "Repair outcomes per violation channel (result: success or failure).",
+    "Repairs tried, per violation channel (result: success, failure, local_fix, fallback); a "
+    "violation no repair was tried for (repair: off) is not counted here.",
     ("model", "channel", "result", "api"),
 )
 TRACE_SPANS_DROPPED = Family(
@@ -126,7 +129,14 @@ KEY_REQUESTS = Family(
 )
 BUDGET_EXHAUSTED = Family(
     "toolsentry_budget_exhausted",
-    "Requests refused or finished because the session's error budget was spent.",
+    "Sessions whose error budget ran out, each counted once: by the request whose failures "
+    "spent its last unit (whatever the exhaustion policy).",
+    ("model", "api"),
+)
+BUDGET_REFUSALS = Family(
+    "toolsentry_budget_refusals",
+    "Requests not sent upstream because their session's error budget was spent (reject: the "
+    "429; finish: the closing answer); a session refused twice counts twice.",
     ("model", "api"),
 )
 UPSTREAM_SECONDS = Family(
@@ -206,6 +216,7 @@ class Metrics:
         self.repairs = REPAIRS.counter(r)
         self.trace_spans_dropped = TRACE_SPANS_DROPPED.counter(r)
         self.budget_exhausted = BUDGET_EXHAUSTED.counter(r)
+        self.budget_refusals = BUDGET_REFUSALS.counter(r)
         self.key_requests = KEY_REQUESTS.counter(r)
         self._keys: dict[tuple[str, str], PromCounter] = {}
         self.upstream_seconds = UPSTREAM_SECONDS.histogram(r)

@@ -241,9 +241,11 @@ class Shadow:
         """Shadow requests under way now."""
         return len(self._flight)
 
-    def wants(self, model: str, session: str) -> bool:
-        """Whether a request of `model` in `session` is shadowed (model filter, session sample)."""
-        if self._models and model not in self._models:
+    def wants(self, model: str, session: str, *, upstream: str) -> bool:
+        """Whether a request of `model` in `session`, served by the upstream named `upstream`, is
+        shadowed (model filter, session sample). The reference's own traffic never is: its
+        answer would be compared with itself."""
+        if upstream == self.reference_name or (self._models and model not in self._models):
             return False
         return is_sampled(session, seed=self.config.seed, rate=self.config.sample)
 

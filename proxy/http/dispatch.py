@@ -27,9 +27,10 @@ from proxy.http.body import read_body
 from proxy.http.jsonbody import BodyParser
 from proxy.http.replies import JSONReply, SSEReply, request_headers
 from proxy.logs import get_logger
+from proxy.pipeline.gate import Pipeline
 from proxy.pipeline.plain import complete
 from proxy.pipeline.stream import open_stream
-from proxy.pipeline.turn import Exchange, Pipeline
+from proxy.pipeline.turn import Exchange
 from proxy.protocols.base import WireProtocol
 from proxy.tracing import CURRENT as CURRENT_TRACE
 from proxy.tracing import RequestTrace

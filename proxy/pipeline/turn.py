@@ -1,6 +1,6 @@
 """The protocol-neutral turn: one client request from its budget gate to its report (DESIGN §3).
 
-    Pipeline.begin(protocol, body, headers)   session, budget gate, tool errors claimed
+    Pipeline.begin(protocol, body, headers)   session, budget gate, tool errors claimed (gate.py)
       -> Turn.settle(choice)                  validate, local fix, re-ask, on_unrepaired
       -> Turn.close(status)                   once: session store, metrics, the log line
       -> TurnReport                           headers, the stream's summary comment
@@ -16,18 +16,12 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from proxy.config import Settings
-from proxy.errors import (
-    BadRequestError,
-    BudgetExhaustedError,
-    UnrepairedToolCallError,
-    UpstreamError,
-    UpstreamStatusError,
-)
+from proxy.errors import UnrepairedToolCallError, UpstreamError, UpstreamStatusError
 from proxy.guard.channels import Channel, Violation
 from proxy.guard.repair import (
     ConstraintSupport,
@@ -42,22 +36,19 @@ from proxy.guard.repair import (
     strip_invalid,
 )
 from proxy.guard.strict import StrictForm, restore_calls
-from proxy.guard.toolcheck import GuardLimits, ToolIndex, configure_cache, validate
-from proxy.headers import MAX_ERRORS_HEADER, REPAIR_HEADER
+from proxy.guard.toolcheck import validate
 from proxy.logs import get_logger, log_request
-from proxy.metrics import CallOutcome, Metrics, ModelLabels, RepairResult, UnknownToolStats
+from proxy.metrics import CallOutcome, Metrics, RepairResult, UnknownToolStats
 from proxy.pipeline.report import TurnReport
 from proxy.protocols.base import Choice, Message, Settled, TurnView, WireProtocol
-from proxy.protocols.constrain import FOR_API, Constrain
-from proxy.session.budget import ErrorBudget, ExhaustionPolicy, owned, resolve_session
+from proxy.protocols.constrain import Constrain
+from proxy.session.budget import ErrorBudget, owned
 from proxy.session.stores import SessionRecord, SessionStore
 from proxy.shadow import Shadow, ShadowRequest, judge_for
 from proxy.shadowstats import Decision
 from proxy.tracing import CURRENT as CURRENT_TRACE
-from proxy.tracing import Tracing
 from proxy.upstream import Upstream, chat_request_headers
 from proxy.upstream_response import UpstreamResponse, raise_for_status
-from proxy.upstream_router import Router
 
 
 @dataclass(slots=True)
@@ -76,189 +67,20 @@ class Exchange:
     key: str | None = None
 
 
-class Pipeline:
-    """What every turn of one app shares: settings, upstreams, the session store, the metrics."""
+class PipelineParts(Protocol):
+    """What a turn uses of the pipeline that began it (`proxy.pipeline.gate.Pipeline`), named
+    here so that the turn does not import the module that begins it."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        router: Router,
-        store: SessionStore,
-        metrics: Metrics,
-        unknown_tools: UnknownToolStats,
-        tracing: Tracing | None = None,
-    ) -> None:
-        self.settings = settings
-        self.tracing = tracing
-        self.router = router
-        self.store = store
-        self.metrics = metrics
-        self.unknown_tools = unknown_tools
-        self.limits = GuardLimits(
-            max_tools=settings.max_tools,
-            max_schema_bytes=settings.max_schema_bytes,
-            max_schema_depth=settings.max_schema_depth,
-            max_tools_bytes=settings.max_tools_bytes,
-        )
-        configure_cache(settings.tool_cache_bytes)
-        self._session_headers = tuple(name.lower() for name in settings.session_headers)
-        # Set by the app when shadow comparison is on (proxy/shadow.py).
-        self.shadow: Shadow | None = None
-        self.constraints = ConstraintSupport()
-        self._structured_outputs = {u.name: u.structured_outputs for u in settings.upstreams}
-        self._model_labels = ModelLabels(m for u in settings.upstreams for m in u.models)
-        # The budget of a request that overrides none (frozen, so every such turn shares it).
-        self._budget = ErrorBudget(settings.max_errors, settings.exhaustion_policy)
+    settings: Settings
+    store: SessionStore
+    metrics: Metrics
+    unknown_tools: UnknownToolStats
+    shadow: Shadow | None
+    constraints: ConstraintSupport
 
-    async def begin(
-        self,
-        protocol: WireProtocol,
-        body: dict[str, Any],
-        headers: Mapping[str, str],
-        exchange: Exchange,
-        *,
-        index: ToolIndex | None = None,
-    ) -> Turn:
-        """Check the request, count the tool errors it reports, and apply the budget gate.
+    def constrainer(self, upstream: str, api: str) -> Constrain | None: ...
 
-        `headers`: the client's, keyed by lower-case names; `index`: the body's tools compiled,
-        when known. Returns the Turn; under the `finish` policy of a spent budget it is already
-        closed and `ending` holds the text to answer with.
-
-        Raises BadRequestError, NotFoundError (no upstream serves the model) and, under the
-        `reject` policy of a spent budget, BudgetExhaustedError (the turn closed with 429).
-        """
-        view = protocol.view(body, index)
-        model = self.model_label(view.model)
-        upstream = self.router.pick(view.model)
-        previous = view.hints.previous_response_id
-        chained = await self.store.session_of_response(previous) if previous else None
-        session = resolve_session(
-            headers,
-            view.hints,
-            header_names=self._session_headers,
-            chained=chained,
-            owner=exchange.key,
-        )
-        budget, repair = self._overrides(headers)
-        tool_errors = await self._claim_tool_errors(session, view)
-        record = await self.store.record(
-            session,
-            max_errors=budget.max_errors,
-            errors=tool_errors,
-            channels={Channel.TOOL_ERROR.value: tool_errors} if tool_errors else {},
-            requests=1,
-            now=time.time(),
-        )
-        if tool_errors:
-            self.metrics.violations.labels(model, Channel.TOOL_ERROR.value, protocol.api).inc(
-                tool_errors
-            )
-        turn = Turn(self, protocol, body, view, headers, exchange, model, session, budget, repair)
-        turn.upstream = upstream
-        turn.record = record
-        turn.shadowed = self.shadow is not None and self.shadow.wants(model, session)
-        exchange.turn = turn
-        if budget.exhausted(record.errors) and budget.policy is not ExhaustionPolicy.OBSERVE:
-            self.metrics.budget_exhausted.labels(model, protocol.api).inc()
-            text = (
-                f"session '{turn.shown_session}' has used its error budget: {record.errors} tool errors "
-                f"of {budget.max_errors} allowed"
-            )
-            if budget.policy is ExhaustionPolicy.REJECT:
-                report = await turn.close(BudgetExhaustedError.status_code)
-                raise BudgetExhaustedError(
-                    text,
-                    code="error_budget_exhausted",
-                    headers={**report.headers(), "x-should-retry": "false"},
-                )
-            turn.ending = text
-            await turn.close(200)
-        elif self.settings.enforce_strict:
-            turn.mark_strict()
-        return turn
-
-    def constrainer(self, upstream: str, api: str) -> Constrain | None:
-        """How to write a constrained request of protocol `api` for `upstream`; None where its
-        `structured_outputs` are off, it refused them (`auto`), or the protocol has no such form."""
-        constrain = FOR_API.get(api)
-        if constrain is None or not self.constraints.allows(
-            upstream, self.structured_outputs(upstream)
-        ):
-            return None
-        return constrain
-
-    def structured_outputs(self, upstream: str) -> StructuredOutputs:
-        """The configured `structured_outputs` of the upstream named `upstream`."""
-        return self._structured_outputs.get(upstream, StructuredOutputs.AUTO)
-
-    def model_label(self, model: object) -> str:
-        """The `model` label of a request's metrics, bounded (see ModelLabels)."""
-        return self._model_labels(model)
-
-    def refused(self, exchange: Exchange, status: int, error: str) -> None:
-        """Count and log a request refused before its turn began (400, 401, 404, 413, …)."""
-        model = exchange.model
-        label = self.model_label(model)
-        self.metrics.for_model(label, exchange.api).requests(str(status)).inc()
-        if exchange.key is not None:
-            self.metrics.for_key(exchange.key, str(status)).inc()
-        log_request(
-            {
-                "api": exchange.api,
-                "model": model if isinstance(model, str) else None,
-                "status": status,
-                "error": error,
-                "latency_ms": round((time.perf_counter() - exchange.started) * 1000, 3),
-            }
-        )
-
-    async def _claim_tool_errors(self, session: str, view: TurnView) -> int:
-        prefix = self.settings.tool_error_prefix
-        ids: dict[str, None] = {}  # in order, once each
-        for result in view.tool_results:
-            if not result.call_id:
-                continue
-            failed = result.is_error
-            if failed if failed is not None else result.text.startswith(prefix):
-                ids[result.call_id] = None
-        if not ids:
-            return 0
-        return len(await self.store.claim_call_ids(session, list(ids), now=time.time()))
-
-    def _overrides(self, headers: Mapping[str, str]) -> tuple[ErrorBudget, RepairMode]:
-        max_errors = self.settings.max_errors
-        repair = self.settings.repair
-        if self.settings.allow_overrides:
-            raw = headers.get(MAX_ERRORS_HEADER)
-            if raw is not None:
-                try:
-                    asked = int(raw)
-                except ValueError:
-                    raise BadRequestError(
-                        f"{MAX_ERRORS_HEADER} must be an integer, got {raw!r}",
-                        param=MAX_ERRORS_HEADER,
-                    ) from None
-                if asked < 1:
-                    raise BadRequestError(
-                        f"{MAX_ERRORS_HEADER} must be at least 1",
-                        param=MAX_ERRORS_HEADER,
-                    )
-                max_errors = min(max_errors, asked)
-            mode = headers.get(REPAIR_HEADER)
-            if mode is not None:
-                try:
-                    repair = RepairMode(mode.strip().lower())
-                except ValueError:
-                    valid = ", ".join(m.value for m in RepairMode)
-                    raise BadRequestError(
-                        f"{REPAIR_HEADER} must be one of {valid}, got {mode!r}",
-                        param=REPAIR_HEADER,
-                    ) from None
-        budget, policy = self._budget, self.settings.exhaustion_policy
-        if max_errors == budget.max_errors and policy is budget.policy:
-            return budget, repair
-        return ErrorBudget(max_errors, policy), repair
+    def structured_outputs(self, upstream: str) -> StructuredOutputs: ...
 
 
 class Turn:
@@ -305,7 +127,7 @@ class Turn:
 
     def __init__(
         self,
-        pipeline: Pipeline,
+        pipeline: PipelineParts,
         protocol: WireProtocol,
         body: dict[str, Any],
         view: TurnView,
@@ -481,19 +303,25 @@ class Turn:
             trace.found(found)
         current, remaining = message, found
         usage: list[Mapping[str, Any]] = []
+        attempted = False  # a repair tried: a local fix made, or a re-ask sent
         if settings.local_fixes:
             current, fixed = local_fix(current, remaining, view.index)
             if fixed:
+                attempted = True
                 remaining = validate(
                     current, None, view.tool_choice, finish_reason=reason, index=view.index
                 )
                 self._count_repairs(fixed, RepairResult.LOCAL_FIX)
 
         if remaining and self.repair.reasks and settings.max_reasks > 0:
+            attempted = True
             current, reason, remaining, usage = await self._reask(current, reason, remaining)
 
         repaired = not remaining
-        self._count_repairs(found, RepairResult.SUCCESS if repaired else RepairResult.FAILURE)
+        if attempted:
+            # Without repair (`repair: off`, no re-asks) a violation is counted as a violation
+            # only: a repair that was never tried did not fail.
+            self._count_repairs(found, RepairResult.SUCCESS if repaired else RepairResult.FAILURE)
         if trace is not None:
             trace.settled(repaired=repaired, decision=_decision(repaired, settings.on_unrepaired))
             trace.finish_reason(reason)
@@ -695,6 +523,8 @@ class Turn:
                 channels=Counter(v.channel.value for v in self._found),
                 now=time.time(),
             )
+            if self.budget.spent_by(self.record.errors, errors):
+                pipeline.metrics.budget_exhausted.labels(self.model, self.protocol.api).inc()
         for response_id in self._responses:
             await pipeline.store.link_response(response_id, self.session, now=time.time())
         report = self._closed = self._report(status, final=True)

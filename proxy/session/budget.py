@@ -52,6 +52,12 @@ class ErrorBudget:
         """Whether a session with `errors` failures has used its budget (`>=`, as τ²-bench)."""
         return errors >= self.max_errors
 
+    def spent_by(self, errors: int, added: int) -> bool:
+        """Whether the `added` failures that brought a session to `errors` spent its budget: it
+        was not exhausted before them and is now. Of the additions to one session (each one
+        atomic step of its store, whatever the replica) exactly one returns True per budget."""
+        return added > 0 and self.exhausted(errors) and not self.exhausted(errors - added)
+
     def remaining(self, errors: int) -> int:
         """How many more failures the session may experience before it is exhausted (never < 0)."""
         return max(0, self.max_errors - errors)

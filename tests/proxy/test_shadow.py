@@ -559,10 +559,20 @@ async def test_the_models_filter_and_the_sample_decide_what_is_shadowed(
     reference: Reference, closing: list[Shadow]
 ) -> None:
     shadow, _, _ = make_shadow(reference, closing, models=["gemma-int4"])
-    assert shadow.wants("gemma-int4", "any")
-    assert not shadow.wants("other", "any")
+    assert shadow.wants("gemma-int4", "any", upstream="int4")
+    assert not shadow.wants("other", "any", upstream="int4")
     none, _, _ = make_shadow(reference, closing, sample=0.0)
-    assert not none.wants("gemma-int4", "any")
+    assert not none.wants("gemma-int4", "any", upstream="int4")
+
+
+@pytest.mark.parametrize("models", [[], ["gemma-int4", "gemma-bf16"]])
+async def test_the_references_own_traffic_is_never_shadowed(
+    reference: Reference, closing: list[Shadow], models: list[str]
+) -> None:
+    shadow, _, _ = make_shadow(reference, closing, models=models)
+    assert shadow.reference_name == "bf16"
+    assert shadow.wants("gemma-int4", "any", upstream="int4")
+    assert not shadow.wants("gemma-bf16", "any", upstream="bf16")  # its answer against itself
 
 
 def test_shadow_settings_come_from_yaml_environment_and_flags(

@@ -65,6 +65,7 @@ class MessagesAssembly:
     _thoughts: dict[int, _Thought] = field(default_factory=dict)
     _next_index: int = 0
     _delta: dict[str, Any] | None = None  # the upstream's message_delta, held
+    _start_usage: Mapping[str, Any] | None = None  # message_start's usage, as it passed
     _finished: bool = False
     _taken: bool = False
     _released: bool = False
@@ -81,6 +82,9 @@ class MessagesAssembly:
             raise _stream_error(data)
         if kind == "message_start":
             self._started = True
+            message = data.get("message")
+            usage = message.get("usage") if isinstance(message, dict) else None
+            self._start_usage = usage if isinstance(usage, dict) else None
             return [encode_typed_event(data)]
         if not self._started:
             raise UpstreamProtocolError(f"upstream sent {kind!r} before message_start")
@@ -195,7 +199,11 @@ class MessagesAssembly:
         inner["stop_reason"] = stop_reason_of(settled.finish_reason, inner.get("stop_reason"))
         delta["delta"] = inner
         if settled.usage:
-            delta["usage"] = sum_usage([delta.get("usage") or {}, *settled.usage])
+            # The first attempt's usage: message_delta's counts are totals so far, and a field
+            # they leave out (Anthropic's API counts the input in message_start only) keeps
+            # message_start's value; the re-asks' usages are added to that.
+            first = {**(self._start_usage or {}), **(delta.get("usage") or {})}
+            delta["usage"] = sum_usage([first, *settled.usage])
         out.append(encode_typed_event(delta))
         return out
 

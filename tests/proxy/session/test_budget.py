@@ -241,6 +241,20 @@ def test_a_budget_is_exhausted_when_errors_reach_max_errors(
     assert budget.remaining(errors) == remaining
 
 
+@given(max_errors=st.integers(1, 6), additions=st.lists(st.integers(0, 4), min_size=1, max_size=8))
+def test_exactly_the_addition_that_reaches_the_budget_spends_it(
+    max_errors: int, additions: list[int]
+) -> None:
+    budget, errors, spent = ErrorBudget(max_errors=max_errors), 0, []
+    for added in additions:
+        errors += added
+        spent.append(budget.spent_by(errors, added))
+    assert spent.count(True) == (1 if errors >= max_errors else 0)
+    if True in spent:
+        at = spent.index(True)
+        assert sum(additions[:at]) < max_errors <= sum(additions[: at + 1])
+
+
 def test_a_budget_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         ErrorBudget(max_errors=0)

@@ -125,6 +125,7 @@ def test_the_budget_gate_rejects_every_request_sent_after_the_count_reached_it(
     ok = counting(deployment, "toolsentry_requests_total", status="200", **labels)
     refused = counting(deployment, "toolsentry_requests_total", status="429", **labels)
     exhausted = counting(deployment, "toolsentry_budget_exhausted_total", **labels)
+    refusals = counting(deployment, "toolsentry_budget_refusals_total", **labels)
     outcomes = asyncio.run(
         fire(
             urls,
@@ -154,4 +155,5 @@ def test_the_budget_gate_rejects_every_request_sent_after_the_count_reached_it(
 
     assert ok() == len(answered)
     assert refused() == len(rejected)
-    assert exhausted() == len(rejected)
+    assert refusals() == len(rejected)
+    assert exhausted() == 1  # one session ran out, once, whichever replica's request spent it

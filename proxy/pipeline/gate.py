@@ -1,0 +1,219 @@
+"""The pipeline every turn of one app passes through: the parts its turns share (settings,
+upstreams, the session store, the metrics) and the gate where a turn begins (session, the
+client's overrides, tool errors claimed, the budget) or a request is counted as refused.
+
+    Pipeline.begin(protocol, body, headers, exchange) -> Turn   (proxy/pipeline/turn.py)
+    Pipeline.refused(exchange, status, error)                   a request no turn began for
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from proxy.config import Settings
+from proxy.errors import BadRequestError, BudgetExhaustedError
+from proxy.guard.channels import Channel
+from proxy.guard.repair import ConstraintSupport, RepairMode, StructuredOutputs
+from proxy.guard.toolcheck import GuardLimits, ToolIndex, configure_cache
+from proxy.headers import MAX_ERRORS_HEADER, REPAIR_HEADER
+from proxy.logs import log_request
+from proxy.metrics import Metrics, ModelLabels, UnknownToolStats
+from proxy.pipeline.turn import Exchange, Turn
+from proxy.protocols.base import TurnView, WireProtocol
+from proxy.protocols.constrain import FOR_API, Constrain
+from proxy.session.budget import ErrorBudget, ExhaustionPolicy, resolve_session
+from proxy.session.stores import SessionStore
+from proxy.shadow import Shadow
+from proxy.tracing import Tracing
+from proxy.upstream_router import Router
+
+
+class Pipeline:
+    """What every turn of one app shares: settings, upstreams, the session store, the metrics."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        router: Router,
+        store: SessionStore,
+        metrics: Metrics,
+        unknown_tools: UnknownToolStats,
+        tracing: Tracing | None = None,
+    ) -> None:
+        self.settings = settings
+        self.tracing = tracing
+        self.router = router
+        self.store = store
+        self.metrics = metrics
+        self.unknown_tools = unknown_tools
+        self.limits = GuardLimits(
+            max_tools=settings.max_tools,
+            max_schema_bytes=settings.max_schema_bytes,
+            max_schema_depth=settings.max_schema_depth,
+            max_tools_bytes=settings.max_tools_bytes,
+        )
+        configure_cache(settings.tool_cache_bytes)
+        self._session_headers = tuple(name.lower() for name in settings.session_headers)
+        # Set by the app when shadow comparison is on (proxy/shadow.py).
+        self.shadow: Shadow | None = None
+        self.constraints = ConstraintSupport()
+        self._structured_outputs = {u.name: u.structured_outputs for u in settings.upstreams}
+        self._model_labels = ModelLabels(m for u in settings.upstreams for m in u.models)
+        # The budget of a request that overrides none (frozen, so every such turn shares it).
+        self._budget = ErrorBudget(settings.max_errors, settings.exhaustion_policy)
+
+    async def begin(
+        self,
+        protocol: WireProtocol,
+        body: dict[str, Any],
+        headers: Mapping[str, str],
+        exchange: Exchange,
+        *,
+        index: ToolIndex | None = None,
+    ) -> Turn:
+        """Check the request, count the tool errors it reports, and apply the budget gate.
+
+        `headers`: the client's, keyed by lower-case names; `index`: the body's tools compiled,
+        when known. Returns the Turn; under the `finish` policy of a spent budget it is already
+        closed and `ending` holds the text to answer with.
+
+        Raises BadRequestError, NotFoundError (no upstream serves the model) and, under the
+        `reject` policy of a spent budget, BudgetExhaustedError (the turn closed with 429).
+        """
+        view = protocol.view(body, index)
+        model = self.model_label(view.model)
+        upstream = self.router.pick(view.model)
+        previous = view.hints.previous_response_id
+        chained = await self.store.session_of_response(previous) if previous else None
+        session = resolve_session(
+            headers,
+            view.hints,
+            header_names=self._session_headers,
+            chained=chained,
+            owner=exchange.key,
+        )
+        budget, repair = self._overrides(headers)
+        tool_errors = await self._claim_tool_errors(session, view)
+        record = await self.store.record(
+            session,
+            max_errors=budget.max_errors,
+            errors=tool_errors,
+            channels={Channel.TOOL_ERROR.value: tool_errors} if tool_errors else {},
+            requests=1,
+            now=time.time(),
+        )
+        if tool_errors:
+            self.metrics.violations.labels(model, Channel.TOOL_ERROR.value, protocol.api).inc(
+                tool_errors
+            )
+            if budget.spent_by(record.errors, tool_errors):
+                self.metrics.budget_exhausted.labels(model, protocol.api).inc()
+        turn = Turn(self, protocol, body, view, headers, exchange, model, session, budget, repair)
+        turn.upstream = upstream
+        turn.record = record
+        turn.shadowed = self.shadow is not None and self.shadow.wants(
+            model, session, upstream=upstream.name
+        )
+        exchange.turn = turn
+        if budget.exhausted(record.errors) and budget.policy is not ExhaustionPolicy.OBSERVE:
+            self.metrics.budget_refusals.labels(model, protocol.api).inc()
+            text = (
+                f"session '{turn.shown_session}' has used its error budget: {record.errors} tool errors "
+                f"of {budget.max_errors} allowed"
+            )
+            if budget.policy is ExhaustionPolicy.REJECT:
+                report = await turn.close(BudgetExhaustedError.status_code)
+                raise BudgetExhaustedError(
+                    text,
+                    code="error_budget_exhausted",
+                    headers={**report.headers(), "x-should-retry": "false"},
+                )
+            turn.ending = text
+            await turn.close(200)
+        elif self.settings.enforce_strict:
+            turn.mark_strict()
+        return turn
+
+    def constrainer(self, upstream: str, api: str) -> Constrain | None:
+        """How to write a constrained request of protocol `api` for `upstream`; None where its
+        `structured_outputs` are off, it refused them (`auto`), or the protocol has no such form."""
+        constrain = FOR_API.get(api)
+        if constrain is None or not self.constraints.allows(
+            upstream, self.structured_outputs(upstream)
+        ):
+            return None
+        return constrain
+
+    def structured_outputs(self, upstream: str) -> StructuredOutputs:
+        """The configured `structured_outputs` of the upstream named `upstream`."""
+        return self._structured_outputs.get(upstream, StructuredOutputs.AUTO)
+
+    def model_label(self, model: object) -> str:
+        """The `model` label of a request's metrics, bounded (see ModelLabels)."""
+        return self._model_labels(model)
+
+    def refused(self, exchange: Exchange, status: int, error: str) -> None:
+        """Count and log a request refused before its turn began (400, 401, 404, 413, …)."""
+        model = exchange.model
+        label = self.model_label(model)
+        self.metrics.for_model(label, exchange.api).requests(str(status)).inc()
+        if exchange.key is not None:
+            self.metrics.for_key(exchange.key, str(status)).inc()
+        log_request(
+            {
+                "api": exchange.api,
+                "model": model if isinstance(model, str) else None,
+                "status": status,
+                "error": error,
+                "latency_ms": round((time.perf_counter() - exchange.started) * 1000, 3),
+            }
+        )
+
+    async def _claim_tool_errors(self, session: str, view: TurnView) -> int:
+        prefix = self.settings.tool_error_prefix
+        ids: dict[str, None] = {}  # in order, once each
+        for result in view.tool_results:
+            if not result.call_id:
+                continue
+            failed = result.is_error
+            if failed if failed is not None else result.text.startswith(prefix):
+                ids[result.call_id] = None
+        if not ids:
+            return 0
+        return len(await self.store.claim_call_ids(session, list(ids), now=time.time()))
+
+    def _overrides(self, headers: Mapping[str, str]) -> tuple[ErrorBudget, RepairMode]:
+        max_errors = self.settings.max_errors
+        repair = self.settings.repair
+        if self.settings.allow_overrides:
+            raw = headers.get(MAX_ERRORS_HEADER)
+            if raw is not None:
+                try:
+                    asked = int(raw)
+                except ValueError:
+                    raise BadRequestError(
+                        f"{MAX_ERRORS_HEADER} must be an integer, got {raw!r}",
+                        param=MAX_ERRORS_HEADER,
+                    ) from None
+                if asked < 1:
+                    raise BadRequestError(
+                        f"{MAX_ERRORS_HEADER} must be at least 1",
+                        param=MAX_ERRORS_HEADER,
+                    )
+                max_errors = min(max_errors, asked)
+            mode = headers.get(REPAIR_HEADER)
+            if mode is not None:
+                try:
+                    repair = RepairMode(mode.strip().lower())
+                except ValueError:
+                    valid = ", ".join(m.value for m in RepairMode)
+                    raise BadRequestError(
+                        f"{REPAIR_HEADER} must be one of {valid}, got {mode!r}",
+                        param=REPAIR_HEADER,
+                    ) from None
+        budget, policy = self._budget, self.settings.exhaustion_policy
+        if max_errors == budget.max_errors and policy is budget.policy:
+            return budget, repair
+        return ErrorBudget(max_errors, policy), repair

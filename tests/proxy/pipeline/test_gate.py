@@ -1,0 +1,114 @@
+"""The gate of the pipeline (`proxy/pipeline/gate.py`) driven directly: the client's overrides,
+the budget gate under its policies, and the headers forwarded upstream."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from proxy.errors import BadRequestError, BudgetExhaustedError
+from proxy.headers import HEADER_PREFIX, MAX_ERRORS_HEADER, REPAIR_HEADER
+from proxy.pipeline.gate import Pipeline
+from proxy.testing import tool_call
+from tests.proxy.builders import make_request
+from tests.proxy.pipeline.turns import UNKNOWN, answer, begin, counted
+
+
+async def test_a_spent_budget_rejects_the_next_turn_with_429_and_its_report_in_the_headers(
+    make_pipeline: Callable[..., Pipeline],
+) -> None:
+    pipeline = make_pipeline(repair="off")
+    first = await begin(pipeline, "s-budget", **{MAX_ERRORS_HEADER: "1"})
+    await first.settle(answer(UNKNOWN))
+    await first.close(200)
+    with pytest.raises(BudgetExhaustedError) as raised:
+        await begin(pipeline, "s-budget", **{MAX_ERRORS_HEADER: "1"})
+    headers = raised.value.headers or {}
+    assert headers["x-should-retry"] == "false"
+    assert (headers["x-toolsentry-errors"], headers["x-toolsentry-max-errors"]) == ("1", "1")
+    assert counted(pipeline, "toolsentry_requests_total", status="429") == 1
+
+
+async def test_the_finish_policy_closes_the_turn_at_begin_with_the_text_to_answer(
+    make_pipeline: Callable[..., Pipeline],
+) -> None:
+    pipeline = make_pipeline(repair="off", max_errors=1, exhaustion_policy="finish")
+    first = await begin(pipeline, "s-finish")
+    await first.settle(answer(UNKNOWN))
+    await first.close(200)
+    ending = await begin(pipeline, "s-finish")
+    assert ending.closed
+    assert ending.ending is not None
+    assert "error budget" in ending.ending
+
+
+@pytest.mark.parametrize(
+    ("headers", "param"),
+    [
+        ({MAX_ERRORS_HEADER: "many"}, MAX_ERRORS_HEADER),
+        ({MAX_ERRORS_HEADER: "0"}, MAX_ERRORS_HEADER),
+        ({REPAIR_HEADER: "sometimes"}, REPAIR_HEADER),
+    ],
+)
+async def test_a_bad_request_control_is_refused_naming_its_header(
+    make_pipeline: Callable[..., Pipeline], headers: dict[str, str], param: str
+) -> None:
+    pipeline = make_pipeline()
+    with pytest.raises(BadRequestError) as raised:
+        await begin(pipeline, "s-bad", **headers)
+    assert raised.value.param == param
+
+
+async def test_a_request_may_lower_its_budget_but_not_raise_it(
+    make_pipeline: Callable[..., Pipeline],
+) -> None:
+    pipeline = make_pipeline(max_errors=5)
+    lowered = await begin(pipeline, "s-low", **{MAX_ERRORS_HEADER: "2"})
+    raised = await begin(pipeline, "s-high", **{MAX_ERRORS_HEADER: "50"})
+    assert (lowered.budget.max_errors, raised.budget.max_errors) == (2, 5)
+
+
+async def test_the_proxys_own_controls_are_not_forwarded_upstream(
+    make_pipeline: Callable[..., Pipeline],
+) -> None:
+    pipeline = make_pipeline()
+    controls = {REPAIR_HEADER: "off", MAX_ERRORS_HEADER: "3", "x-request-id": "req-1"}
+    turn = await begin(pipeline, "s-forward", **controls)
+    assert turn.forward["x-request-id"] == "req-1"
+    assert not [name for name in turn.forward if name.startswith(HEADER_PREFIX)]
+
+
+async def test_a_session_refused_twice_ran_out_once_and_was_refused_twice(
+    make_pipeline: Callable[..., Pipeline],
+) -> None:
+    pipeline = make_pipeline(repair="off", max_errors=1)
+    first = await begin(pipeline, "s-twice")
+    await first.settle(answer(UNKNOWN))
+    await first.close(200)  # its one unrepaired call spends the budget
+    assert counted(pipeline, "toolsentry_budget_exhausted_total") == 1
+    assert counted(pipeline, "toolsentry_budget_refusals_total") == 0
+    for _ in range(2):
+        with pytest.raises(BudgetExhaustedError):
+            await begin(pipeline, "s-twice")
+    assert counted(pipeline, "toolsentry_budget_exhausted_total") == 1
+    assert counted(pipeline, "toolsentry_budget_refusals_total") == 2
+
+
+async def test_tool_errors_that_spend_the_budget_count_the_session_under_every_policy(
+    make_pipeline: Callable[..., Pipeline],
+) -> None:
+    pipeline = make_pipeline(max_errors=2, exhaustion_policy="observe")
+    failed = [
+        {"role": "tool", "tool_call_id": f"call_{n}", "content": "Error: no such order"}
+        for n in range(3)
+    ]
+    body = make_request()
+    for n in range(3):  # each request reports one failed tool result more
+        calls = [tool_call("get_order_details", {"order_id": "#W1"}, id=f"call_{n}")]
+        body["messages"] += [{"role": "assistant", "content": None, "tool_calls": calls}, failed[n]]
+        turn = await begin(pipeline, "s-observed", body)
+        await turn.close(200)
+    assert turn.record.errors == 3
+    assert counted(pipeline, "toolsentry_budget_exhausted_total") == 1
+    assert counted(pipeline, "toolsentry_budget_refusals_total") == 0  # observe refuses nothing
