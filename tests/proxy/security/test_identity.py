@@ -215,7 +215,10 @@ def test_readyz_asks_the_upstream_at_most_once_a_second(
             assert http.get("/readyz").status_code == 200
     elapsed = time.monotonic() - started
     probes = script.paths.count("/v1/models") - before
-    assert 1 <= probes <= int(elapsed) + 2  # one per second at most, whatever the pace
+    assert probes <= int(elapsed) + 2  # one per second at most, whatever the pace
+    # It does ask: the answer is the upstream's (the probe that warmed the cache may be the one
+    # the fixture's own wait for readiness made, when the thirty fit in its second).
+    assert script.paths.count("/v1/models") >= 1
 
 
 def test_binding_beyond_loopback_without_an_admin_key_is_refused(
