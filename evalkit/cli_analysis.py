@@ -59,6 +59,11 @@ SideOption = Annotated[
     list[Path] | None,
     typer.Option(help="A results file of this side (repeatable; trials and shards are pooled)."),
 ]
+DeltaOption = Annotated[
+    float, typer.Option("--delta", min=0.01, help="TOST equivalence margin, in points.")
+]
+LabelAOption = Annotated[str | None, typer.Option(help="Name of run A.")]
+LabelBOption = Annotated[str | None, typer.Option(help="Name of run B.")]
 
 
 def analyze_command(
@@ -115,13 +120,11 @@ def compare_command(
     ] = None,
     a: SideOption = None,
     b: SideOption = None,
-    delta: Annotated[
-        float, typer.Option("--delta", min=0.01, help="TOST equivalence margin, in points.")
-    ] = 7.5,
+    delta: DeltaOption = 7.5,
     data_dir: DataDirOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
-    label_a: Annotated[str | None, typer.Option(help="Name of run A.")] = None,
-    label_b: Annotated[str | None, typer.Option(help="Name of run B.")] = None,
+    label_a: LabelAOption = None,
+    label_b: LabelBOption = None,
     resamples: ResamplesOption = DEFAULT_RESAMPLES,
     seed: SeedOption = 0,
 ) -> None:
@@ -164,12 +167,10 @@ def report_command(
     ),
     a: SideOption = None,
     b: SideOption = None,
-    delta: Annotated[
-        float, typer.Option("--delta", min=0.01, help="TOST equivalence margin, in points.")
-    ] = 7.5,
+    delta: DeltaOption = 7.5,
     data_dir: DataDirOption = None,
-    label_a: Annotated[str | None, typer.Option(help="Name of run A.")] = None,
-    label_b: Annotated[str | None, typer.Option(help="Name of run B.")] = None,
+    label_a: LabelAOption = None,
+    label_b: LabelBOption = None,
     title: Annotated[str, typer.Option(help="Title of the page.")] = "evalkit report",
     resamples: ResamplesOption = DEFAULT_RESAMPLES,
     seed: SeedOption = 0,
