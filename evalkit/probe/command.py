@@ -69,81 +69,95 @@ def preamble(run: ProbeRun) -> list[str]:
     return lines
 
 
+# The options of `evalkit probe` that take more than a line.
+ResultsArgument = Annotated[
+    list[Path] | None,
+    typer.Argument(help="Recorded runs: τ²-bench results files, or evalkit's."),
+]
+TargetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--target",
+        help="An endpoint to probe, NAME=URL,MODEL (repeatable; the first is the reference).",
+    ),
+]
+ProbeBaseUrlsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--base-url", help="An endpoint's OpenAI base URL (repeatable; pairs with --model)."
+    ),
+]
+ProbeModelsOption = Annotated[
+    list[str] | None,
+    typer.Option("--model", help="The model of the --base-url at the same position."),
+]
+ProbeDomainOption = Annotated[
+    str | None,
+    typer.Option(help="The domain the files must hold (retail, telecom); default: what they name."),
+]
+ProbeDataDirOption = Annotated[
+    Path | None,
+    typer.Option("--data-dir", help="Domain directory for policy and tools; default: shipped."),
+]
+ContextsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--contexts", help="Contexts drawn at random from each file (default: every one)."
+    ),
+]
+RetriesOption = Annotated[
+    int, typer.Option(help="Retries of a connection error, timeout or HTTP 5xx.")
+]
+ViaProxyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--via-proxy",
+        help="A toolsentry proxy's base URL that routes to the targets' models: every context "
+        "is asked through it as well, for repair success per channel.",
+    ),
+]
+ProxyFailingOnlyOption = Annotated[
+    bool,
+    typer.Option(
+        "--proxy-failing-only",
+        help="With --via-proxy: ask through the proxy only the contexts whose direct answer "
+        "had a violation (repair success is measured on failures; at temperature 0 the "
+        "proxy's first attempt is the same question). Saves most of the proxy's calls.",
+    ),
+]
+ProbeOutOption = Annotated[
+    Path | None, typer.Option(help="Output directory (default: runs/probe-DATE-TIME).")
+]
+ProbeResumeOption = Annotated[
+    Path | None,
+    typer.Option(help="Finish the probe in this directory (its options are reused)."),
+]
+ProbeResamplesOption = Annotated[
+    int, typer.Option("--resamples", min=100, help="Bootstrap resamples of the intervals.")
+]
+
+
 def probe_command(
-    results: Annotated[
-        list[Path] | None,
-        typer.Argument(help="Recorded runs: τ²-bench results files, or evalkit's."),
-    ] = None,
-    target: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--target",
-            help="An endpoint to probe, NAME=URL,MODEL (repeatable; the first is the reference).",
-        ),
-    ] = None,
-    base_url: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--base-url", help="An endpoint's OpenAI base URL (repeatable; pairs with --model)."
-        ),
-    ] = None,
-    model: Annotated[
-        list[str] | None,
-        typer.Option("--model", help="The model of the --base-url at the same position."),
-    ] = None,
-    domain: Annotated[
-        str | None,
-        typer.Option(
-            help="The domain the files must hold (retail, telecom); default: what they name."
-        ),
-    ] = None,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option("--data-dir", help="Domain directory for policy and tools; default: shipped."),
-    ] = None,
-    contexts: Annotated[
-        int | None,
-        typer.Option(
-            "--contexts", help="Contexts drawn at random from each file (default: every one)."
-        ),
-    ] = None,
+    results: ResultsArgument = None,
+    target: TargetOption = None,
+    base_url: ProbeBaseUrlsOption = None,
+    model: ProbeModelsOption = None,
+    domain: ProbeDomainOption = None,
+    data_dir: ProbeDataDirOption = None,
+    contexts: ContextsOption = None,
     context_seed: Annotated[int, typer.Option(help="Seed of the context draw.")] = 0,
     samples: Annotated[int, typer.Option(help="Answers asked per context and target.")] = 1,
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.0,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens per answer.")] = 256,
     seed: Annotated[int, typer.Option(help="Request seed of sample 0 (sample i: seed + i).")] = 0,
     concurrency: Annotated[int, typer.Option(help="Questions in flight at once.")] = 4,
-    retries: Annotated[
-        int, typer.Option(help="Retries of a connection error, timeout or HTTP 5xx.")
-    ] = 3,
+    retries: RetriesOption = 3,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for one answer.")] = 600.0,
-    via_proxy: Annotated[
-        str | None,
-        typer.Option(
-            "--via-proxy",
-            help="A toolsentry proxy's base URL that routes to the targets' models: every context "
-            "is asked through it as well, for repair success per channel.",
-        ),
-    ] = None,
-    proxy_failing_only: Annotated[
-        bool,
-        typer.Option(
-            "--proxy-failing-only",
-            help="With --via-proxy: ask through the proxy only the contexts whose direct answer "
-            "had a violation (repair success is measured on failures; at temperature 0 the "
-            "proxy's first attempt is the same question). Saves most of the proxy's calls.",
-        ),
-    ] = False,
-    out: Annotated[
-        Path | None, typer.Option(help="Output directory (default: runs/probe-DATE-TIME).")
-    ] = None,
-    resume: Annotated[
-        Path | None,
-        typer.Option(help="Finish the probe in this directory (its options are reused)."),
-    ] = None,
-    resamples: Annotated[
-        int, typer.Option("--resamples", min=100, help="Bootstrap resamples of the intervals.")
-    ] = DEFAULT_RESAMPLES,
+    via_proxy: ViaProxyOption = None,
+    proxy_failing_only: ProxyFailingOnlyOption = False,
+    out: ProbeOutOption = None,
+    resume: ProbeResumeOption = None,
+    resamples: ProbeResamplesOption = DEFAULT_RESAMPLES,
     quiet: Annotated[bool, typer.Option(help="No progress bar and no tables.")] = False,
 ) -> None:
     """Ask live models the recorded turns of agent trajectories, and measure their tool calling.
@@ -194,17 +208,24 @@ def probe_command(
             options.check()
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
             run = ProbeRun.start(options, out or Path("runs") / f"probe-{stamp}")
-        try:
-            figures, path, pages = finish_probe(run, console, resamples=resamples, quiet=quiet)
-        except KeyboardInterrupt:
-            Console(stderr=True).print(
-                f"interrupted: {len(run.answers)} of {run.total()} answers kept in {run.out}; "
-                f"finish with: evalkit probe --resume {run.out}",
-                highlight=False,
-                soft_wrap=True,  # one line: the command is copied as it stands
-            )
-            raise typer.Exit(130) from None
+        figures, path, pages = _run_to_end(run, console, resamples=resamples, quiet=quiet)
     _print_probe(run, figures, path, pages, console)
+
+
+def _run_to_end(
+    run: ProbeRun, console: Console, *, resamples: int, quiet: bool
+) -> tuple[ProbeFigures, Path, list[Path]]:
+    """`finish_probe(run)`. Ctrl-C keeps the answers and says how to finish (exit 130)."""
+    try:
+        return finish_probe(run, console, resamples=resamples, quiet=quiet)
+    except KeyboardInterrupt:
+        Console(stderr=True).print(
+            f"interrupted: {len(run.answers)} of {run.total()} answers kept in {run.out}; "
+            f"finish with: evalkit probe --resume {run.out}",
+            highlight=False,
+            soft_wrap=True,  # one line: the command is copied as it stands
+        )
+        raise typer.Exit(130) from None
 
 
 def _print_probe(

@@ -28,9 +28,18 @@ class _Issue:
         self.case = case
 
     def setup(self, name: str) -> list[Call]:
+        """The calls that break the phone or the account as issue `name` does."""
+        return {
+            **self._service_setups(),
+            **self._mobile_data_setups(),
+            **self._mms_setups(),
+        }[name]
+
+    def _service_setups(self) -> dict[str, list[Call]]:
+        """What takes the service away: airplane mode, the SIM card, the APN, a suspended line."""
         c = self.case
         u = "user"
-        table: dict[str, list[Call]] = {
+        return {
             "airplane_mode_on": [(u, "turn_airplane_mode_on", {})],
             "unseat_sim_card": [(u, "unseat_sim_card", {})],
             "break_apn_settings": [(u, "break_apn_settings", {})],
@@ -62,6 +71,13 @@ class _Issue:
                 ),
                 (u, "simulate_network_search", {}),
             ],
+        }
+
+    def _mobile_data_setups(self) -> dict[str, list[Call]]:
+        """What slows or stops mobile data: its settings, the data used, a VPN, roaming abroad."""
+        c = self.case
+        u = "user"
+        return {
             "data_mode_off": [(u, "turn_data_off", {})],
             "data_usage_exceeded": [
                 (
@@ -74,7 +90,6 @@ class _Issue:
             "bad_network_preference": [
                 (u, "set_network_mode_preference", {"mode": self.slow_mode})
             ],
-            "mms_2g_preference": [(u, "set_network_mode_preference", {"mode": "2g_only"})],
             "bad_vpn": [(u, "break_vpn", {})],
             "bad_vpn_reconnect": [(u, "break_vpn", {})],
             "user_abroad_roaming_enabled_off": [
@@ -95,6 +110,13 @@ class _Issue:
                 (u, "simulate_network_search", {}),
             ],
             "wifi_connected_home": [],
+        }
+
+    def _mms_setups(self) -> dict[str, list[Call]]:
+        """What stops picture messages: Wi-Fi calling, the app's permissions, the MMS APN, 2G."""
+        u = "user"
+        return {
+            "mms_2g_preference": [(u, "set_network_mode_preference", {"mode": "2g_only"})],
             "bad_wifi_calling": [(u, "set_wifi_calling", {"enabled": True, "mms_over_wifi": True})],
             "break_app_sms_permission": [
                 (u, "remove_app_permission", {"app_name": "messaging", "permission": "sms"})
@@ -109,13 +131,22 @@ class _Issue:
             "break_apn_mms_setting": [(u, "break_apn_mms_setting", {})],
             "break_apn_mms_setting_no_reboot": [(u, "break_apn_mms_setting", {})],
         }
-        return table[name]
 
     def fix(self, name: str) -> list[Call]:
+        """The calls that diagnose issue `name` and, where the agent can, repair it (gold actions)."""
+        return {
+            **self._service_fixes(),
+            **self._mobile_data_fixes(),
+            **self._mms_fixes(),
+        }[name]
+
+    def _service_fixes(self) -> dict[str, list[Call]]:
+        """The diagnosis and repair of each issue that takes the service away."""
         c = self.case
-        a, u = "assistant", "user"
+        a = "assistant"
+        u = "user"
         line = {"customer_id": c.cid, "line_id": c.lid}
-        table: dict[str, list[Call]] = {
+        return {
             "airplane_mode_on": [(u, "check_network_status", {}), (u, "toggle_airplane_mode", {})],
             "unseat_sim_card": [(u, "check_sim_status", {}), (u, "reseat_sim_card", {})],
             "break_apn_settings": [
@@ -136,6 +167,15 @@ class _Issue:
                 (u, "reboot_device", {}),
             ],
             "contract_end_suspension": [(a, "get_details_by_id", {"id": c.lid})],
+        }
+
+    def _mobile_data_fixes(self) -> dict[str, list[Call]]:
+        """The diagnosis and repair of each issue that slows or stops mobile data."""
+        c = self.case
+        a = "assistant"
+        u = "user"
+        line = {"customer_id": c.cid, "line_id": c.lid}
+        return {
             "data_mode_off": [(u, "check_network_status", {}), (u, "toggle_data", {})],
             "data_usage_exceeded": [
                 (a, "get_data_usage", line),
@@ -146,10 +186,6 @@ class _Issue:
                 (u, "toggle_data_saver_mode", {}),
             ],
             "bad_network_preference": [
-                (u, "check_network_mode_preference", {}),
-                (u, "set_network_mode_preference", {"mode": "4g_5g_preferred"}),
-            ],
-            "mms_2g_preference": [
                 (u, "check_network_mode_preference", {}),
                 (u, "set_network_mode_preference", {"mode": "4g_5g_preferred"}),
             ],
@@ -175,6 +211,16 @@ class _Issue:
                 (a, "enable_roaming", line),
             ],
             "wifi_connected_home": [(u, "check_wifi_status", {}), (u, "toggle_wifi", {})],
+        }
+
+    def _mms_fixes(self) -> dict[str, list[Call]]:
+        """The diagnosis and repair of each issue that stops picture messages."""
+        u = "user"
+        return {
+            "mms_2g_preference": [
+                (u, "check_network_mode_preference", {}),
+                (u, "set_network_mode_preference", {"mode": "4g_5g_preferred"}),
+            ],
             "bad_wifi_calling": [
                 (u, "check_wifi_calling_status", {}),
                 (u, "toggle_wifi_calling", {}),
@@ -213,7 +259,6 @@ class _Issue:
                 ),
             ],
         }
-        return table[name]
 
     @property
     def overdue_bill(self) -> str:
