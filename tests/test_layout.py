@@ -40,3 +40,34 @@ def test_the_scan_sees_imports_inside_functions(tmp_path: Path) -> None:
     module = tmp_path / "module.py"
     module.write_text("def f():\n    from bench.drivers import run_wrk\n    import tests.live\n")
     assert imports_of(module) == {"bench.drivers", "tests.live"}
+
+
+LONGEST_FUNCTION = 79
+"""Lines a function of proxy/ or evalkit/ may take: one that grows past it is cut at its steps."""
+LONGEST_MODULE = 700
+"""Lines a module of proxy/ or evalkit/ may take: past it, it holds more than one concept."""
+
+
+def sizes() -> tuple[list[str], list[str]]:
+    """The functions and the modules of proxy/ and evalkit/ over their limits, described."""
+    functions, modules = [], []
+    for package in ("proxy", "evalkit"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            text = path.read_text()
+            where = path.relative_to(ROOT).as_posix()
+            if (lines := len(text.splitlines())) > LONGEST_MODULE:
+                modules.append(f"{where}: {lines} lines")
+            for node in ast.walk(ast.parse(text, where)):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    length = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if length > LONGEST_FUNCTION:
+                        functions.append(f"{where}: {node.name} ({length} lines)")
+    return functions, modules
+
+
+def test_no_function_of_proxy_or_evalkit_is_80_lines_or_longer() -> None:
+    assert sizes()[0] == []
+
+
+def test_no_module_of_proxy_or_evalkit_is_over_700_lines() -> None:
+    assert sizes()[1] == []
