@@ -247,3 +247,19 @@ def test_the_plot_titles_each_panel_with_the_signature_figures(tmp_path: Path) -
     text = html.unescape(svg.read_text())
     assert f"failure signatures: {signature_summary(sig)}" in text
     assert f"(95% CI {sig.rank_correlation_ci.low:.2f}–{sig.rank_correlation_ci.high:.2f})" in text
+
+
+def test_the_report_fits_an_80_column_terminal_without_cutting_a_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_log(tmp_path / "shadow.jsonl", random_pairs(1, 400))
+    monkeypatch.setenv("COLUMNS", "80")
+    result = CliRunner().invoke(app, ["shadow", str(tmp_path / "shadow.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    assert "…" not in result.output
+    (analysis,) = analyze_shadow_log(read_shadow_log([tmp_path / "shadow.jsonl"]))
+    words = result.output.split()
+    for table in shadow_tables(analysis):
+        for row in table.rows:
+            assert all(word in words for cell in row for word in cell.split()), row
