@@ -30,8 +30,8 @@ try:
         errors_table,
         experienced_tables,
         figures_table,
-        interval,
         pct,
+        reward_interval,
         runs_table,
         silent_table,
         tasks_table,
@@ -490,7 +490,7 @@ def _print_analysis(run: RunAnalysis) -> None:
     console = Console()
     console.print(
         f"[bold]{run.domain} · {run.model}[/] ({run.label}): {len(run.episodes)} episodes, "
-        f"mean reward {pct(run.mean_reward)} [{interval(*run.reward_ci)}], {run.errors} tool "
+        f"mean reward {pct(run.mean_reward)} [{reward_interval(run)}], {run.errors} tool "
         f"errors, budget {run.max_errors} ({run.budget.label})",
         highlight=False,
         soft_wrap=True,

@@ -35,6 +35,7 @@ from evalkit.analysis.stats import (
     cluster_bootstrap_ci,
     holm,
     rate_ratio,
+    rate_ratio_missing,
     sign_flip_test,
     wilson_interval,
 )
@@ -556,9 +557,13 @@ def shadow_tables(analysis: ShadowAnalysis) -> list[Table]:
                 f"{_percent(c.reference / c.pairs)} [{_percent(c.reference_ci[0])}–"
                 f"{_percent(c.reference_ci[1])}]",
                 _number(None if ratio is None else ratio.ratio),
-                "–" if ratio is None else f"{ratio.low:.2f}–{ratio.high:.2f}",
+                f"– ({rate_ratio_missing(c.reference, c.pairs, c.primary, c.pairs)})"
+                if ratio is None
+                else f"{ratio.low:.2f}–{ratio.high:.2f}",
                 _percent(c.difference),
-                f"{_percent(c.difference_ci[0])}–{_percent(c.difference_ci[1])}",
+                "(no spread)"
+                if c.difference_ci[0] == c.difference_ci[1]
+                else f"{_percent(c.difference_ci[0])}–{_percent(c.difference_ci[1])}",
                 _number(c.p_holm, 4),
             ]
         )

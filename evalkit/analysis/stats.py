@@ -383,9 +383,10 @@ def rate_ratio(
 ) -> RateRatio | None:
     """Relative risk (b_events / b_trials) / (a_events / a_trials) with Katz's log interval.
 
-    Returns None when there is nothing to compare: a side with no trials, or no events on
-    either side. The interval is exp(log r ± z·se), se² = 1/a − 1/n_a + 1/b − 1/n_b — the
-    same as scipy's `relative_risk(...).confidence_interval()`.
+    Returns None where `rate_ratio_missing` gives a reason: nothing to compare (a side with no
+    trials, or no events on either side) or no spread (every trial an event on both sides,
+    where Katz's interval is a point). The interval is exp(log r ± z·se), se² = 1/a − 1/n_a +
+    1/b − 1/n_b — the same as scipy's `relative_risk(...).confidence_interval()`.
 
     Raises:
         ValueError: when events exceed trials or a count is negative.
@@ -393,8 +394,22 @@ def rate_ratio(
     for events, trials in ((a_events, a_trials), (b_events, b_trials)):
         if events < 0 or trials < 0 or events > trials:
             raise ValueError(f"need 0 ≤ events ≤ trials, got {events} of {trials}")
+    if rate_ratio_missing(a_events, a_trials, b_events, b_trials) is not None:
+        return None
     found = relative_risk(b_events, b_trials, a_events, a_trials, z_of(confidence))
     return None if found is None else RateRatio(*found)
+
+
+def rate_ratio_missing(a_events: int, a_trials: int, b_events: int, b_trials: int) -> str | None:
+    """Why `rate_ratio` gives no ratio for these counts, in a few words (A the base, B the
+    compared side); None when it gives one."""
+    if a_trials <= 0 or b_trials <= 0:
+        return f"no calls in {'A' if a_trials <= 0 else 'B'}"
+    if a_events == 0 and b_events == 0:
+        return "no failures on either side"
+    if a_events == a_trials and b_events == b_trials:
+        return "every call failed on both sides: no spread"
+    return None
 
 
 # -- rank correlation --------------------------------------------------------------------------
