@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import inspect
 import io
 import json
 import sys
@@ -768,6 +769,29 @@ def sim_serve(
         status = listening.serve(config, sock)
     if status:
         raise typer.Exit(code=status)
+
+
+def help_paragraphs(text: str) -> str:
+    """`text` (a docstring or an epilog, hard-wrapped in the source) as paragraphs of one line
+    each, separated by blank lines, for the terminal to wrap: typer's help keeps a paragraph's
+    line breaks and wraps each line again, which leaves ragged short lines. A paragraph that
+    starts with click's no-rewrap mark (a backspace) keeps its lines."""
+    return "\n\n".join(
+        paragraph if paragraph.startswith("\b") else " ".join(paragraph.split())
+        for paragraph in inspect.cleandoc(text).split("\n\n")
+    )
+
+
+def _help_as_paragraphs(*applications: typer.Typer) -> None:
+    """Every command's help and epilog of `applications` as `help_paragraphs`."""
+    for application in applications:
+        for info in application.registered_commands:
+            written = info.help if info.help is not None else inspect.getdoc(info.callback)
+            info.help = None if written is None else help_paragraphs(written)
+            info.epilog = None if info.epilog is None else help_paragraphs(info.epilog)
+
+
+_help_as_paragraphs(app, sim_app)
 
 
 def main() -> None:
