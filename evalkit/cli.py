@@ -67,7 +67,13 @@ try:
         check_reachable,
     )
     from evalkit.report import write_report
-    from evalkit.rescore import RescoreReport, check_data, judge_simulations, rescore
+    from evalkit.rescore import (
+        RescoreReport,
+        check_complete,
+        check_data,
+        judge_simulations,
+        rescore,
+    )
     from evalkit.scoring import NLAssertionCheck
     from evalkit.wire import ApiName
 except ModuleNotFoundError as exc:
@@ -118,8 +124,9 @@ RESCORE_EPILOG = (
     "3 inconsistent records only (a simulation without messages, a reward_info that checks "
     "another task's actions, an action id or task id of no task in the data), or "
     "disagreements all explained by them or by another version of a task; 2 the file or the "
-    "options cannot be used (corrupt or truncated JSON, named with its position; an unknown "
-    "domain); 6 the file was run on other data than the loaded domain's (a task of the file "
+    "options cannot be used (corrupt or truncated JSON, named with its position; an older "
+    "τ²-bench format without task ids or endings, which analyze reads; an unknown domain); 6 "
+    "the file was run on other data than the loaded domain's (a task of the file "
     "is not in it, or cannot be set up on its databases): nothing is scored, pass --data-dir "
     "with the data the file was run on."
 )
@@ -151,6 +158,7 @@ def rescore_command(
         if bool(judge_base_url) != bool(judge_model):
             raise UsageError("--judge-base-url and --judge-model go together")
         loaded = read_results(results)
+        check_complete(loaded, source=str(results))
         name = domain or loaded.info.get("environment_info", {}).get("domain_name")
         if not isinstance(name, str):
             raise UsageError(
