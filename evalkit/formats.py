@@ -214,16 +214,21 @@ def parse_results(data: Any, *, source: str = "results") -> Results:
 
 
 def _older_format(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
-    """`data` with the `OLDER_FORMAT_FIELDS` its simulations lack filled in — the task as the
-    simulation's own (`UNKNOWN_TASK_PREFIX` and its id), the ending `UNKNOWN_TERMINATION` — and
-    how many simulations lacked each; `data` itself when none lacks any."""
+    """`data` with the `OLDER_FORMAT_FIELDS` its simulations (those with messages) lack filled
+    in — the task as the simulation's own (`UNKNOWN_TASK_PREFIX` and its id), the ending
+    `UNKNOWN_TERMINATION` — and how many simulations lacked each; `data` itself when none lacks
+    any."""
     simulations = data.get("simulations")
     if not isinstance(simulations, list):
         return data, {}
     missing: Counter[str] = Counter()
     filled = []
     for simulation in simulations:
-        if not isinstance(simulation, dict) or all(f in simulation for f in OLDER_FORMAT_FIELDS):
+        if (
+            not isinstance(simulation, dict)
+            or "messages" not in simulation  # no trajectory: not a simulation of any format
+            or all(f in simulation for f in OLDER_FORMAT_FIELDS)
+        ):
             filled.append(simulation)
             continue
         missing.update(f for f in OLDER_FORMAT_FIELDS if f not in simulation)
