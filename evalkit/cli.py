@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import inspect
 import io
 import json
 import sys
@@ -46,7 +47,13 @@ try:
         UserKind,
         check_reachable,
     )
-    from evalkit.rescore import RescoreReport, check_data, judge_simulations, rescore
+    from evalkit.rescore import (
+        RescoreReport,
+        check_complete,
+        check_data,
+        judge_simulations,
+        rescore,
+    )
     from evalkit.scoring import NLAssertionCheck
     from evalkit.wire import ApiName
 except ModuleNotFoundError as exc:
@@ -97,8 +104,9 @@ RESCORE_EPILOG = (
     "3 inconsistent records only (a simulation without messages, a reward_info that checks "
     "another task's actions, an action id or task id of no task in the data), or "
     "disagreements all explained by them or by another version of a task; 2 the file or the "
-    "options cannot be used (corrupt or truncated JSON, named with its position; an unknown "
-    "domain); 6 the file was run on other data than the loaded domain's (a task of the file "
+    "options cannot be used (corrupt or truncated JSON, named with its position; an older "
+    "τ²-bench format without task ids or endings, which analyze reads; an unknown domain); 6 "
+    "the file was run on other data than the loaded domain's (a task of the file "
     "is not in it, or cannot be set up on its databases): nothing is scored, pass --data-dir "
     "with the data the file was run on."
 )
@@ -130,6 +138,7 @@ def rescore_command(
         if bool(judge_base_url) != bool(judge_model):
             raise UsageError("--judge-base-url and --judge-model go together")
         loaded = read_results(results)
+        check_complete(loaded, source=str(results))
         name = domain or loaded.info.get("environment_info", {}).get("domain_name")
         if not isinstance(name, str):
             raise UsageError(
@@ -444,6 +453,29 @@ def sim_serve(
         status = listening.serve(config, sock)
     if status:
         raise typer.Exit(code=status)
+
+
+def help_paragraphs(text: str) -> str:
+    """`text` (a docstring or an epilog, hard-wrapped in the source) as paragraphs of one line
+    each, separated by blank lines, for the terminal to wrap: typer's help keeps a paragraph's
+    line breaks and wraps each line again, which leaves ragged short lines. A paragraph that
+    starts with click's no-rewrap mark (a backspace) keeps its lines."""
+    return "\n\n".join(
+        paragraph if paragraph.startswith("\b") else " ".join(paragraph.split())
+        for paragraph in inspect.cleandoc(text).split("\n\n")
+    )
+
+
+def _help_as_paragraphs(*applications: typer.Typer) -> None:
+    """Every command's help and epilog of `applications` as `help_paragraphs`."""
+    for application in applications:
+        for info in application.registered_commands:
+            written = info.help if info.help is not None else inspect.getdoc(info.callback)
+            info.help = None if written is None else help_paragraphs(written)
+            info.epilog = None if info.epilog is None else help_paragraphs(info.epilog)
+
+
+_help_as_paragraphs(app, sim_app)
 
 
 def main() -> None:

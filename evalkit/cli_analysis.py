@@ -19,8 +19,8 @@ from evalkit.analysis.figure_tables import (
     errors_table,
     experienced_tables,
     figures_table,
-    interval,
     pct,
+    reward_interval,
     runs_table,
     silent_table,
     tasks_table,
@@ -317,7 +317,7 @@ def _print_analysis(run: RunAnalysis) -> None:
     console = Console()
     console.print(
         f"[bold]{run.domain} · {run.model}[/] ({run.label}): {len(run.episodes)} episodes, "
-        f"mean reward {pct(run.mean_reward)} [{interval(*run.reward_ci)}], {run.errors} tool "
+        f"mean reward {pct(run.mean_reward)} [{reward_interval(run)}], {run.errors} tool "
         f"errors, budget {run.max_errors} ({run.budget.label})",
         highlight=False,
         soft_wrap=True,

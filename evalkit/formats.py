@@ -22,9 +22,9 @@ import os
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from evalkit.errors import ResultsFileError
 from evalkit.messages import AssistantMessage, Message, ToolMessage, dump_message, now_iso
@@ -63,12 +63,41 @@ class SimulationRun(_Model):
 
 
 class Results(_Model):
-    """A whole results file."""
+    """A whole results file. `missing` counts, per field of an older τ²-bench format's
+    simulations (`OLDER_FORMAT_FIELDS`), the simulations that lack it (see `parse_results`)."""
 
     timestamp: str | None = None
     info: dict[str, Any] = Field(default_factory=dict)
     tasks: list[Task] = Field(default_factory=list)
     simulations: list[SimulationRun] = Field(default_factory=list)
+    _missing: dict[str, int] = PrivateAttr(default_factory=dict)
+
+    @property
+    def missing(self) -> dict[str, int]:
+        """Simulations without each field an older format lacks ({} for a complete file)."""
+        return dict(self._missing)
+
+    def missing_note(self) -> str | None:
+        """What the file lacks and what cannot be computed without it, in one sentence; None
+        for a complete file."""
+        if not self._missing:
+            return None
+        counts = ", ".join(
+            f"{field} ({n} of {len(self.simulations)})" for field, n in self._missing.items()
+        )
+        return (
+            f"An older τ²-bench format without {counts}: each such simulation counts as a task "
+            f"of its own ({UNKNOWN_TASK_PREFIX}<id>) and ends for an {UNKNOWN_TERMINATION} "
+            "reason; budget curves and channels are computed, while per-task figures (pass^k, "
+            "intervals over tasks) and rescoring need the missing fields."
+        )
+
+
+OLDER_FORMAT_FIELDS: Final = ("task_id", "termination_reason")
+"""Fields of a simulation that an older τ²-bench format (a leaderboard submission) may lack;
+what needs neither (budget curves, channels) is computed without them."""
+UNKNOWN_TASK_PREFIX: Final = "no-task-id:"
+UNKNOWN_TERMINATION: Final = "unrecorded"
 
 
 SOLO_AGENTS = frozenset({"llm_agent_solo"})
@@ -170,8 +199,9 @@ def parse_results(data: Any, *, source: str = "results") -> Results:
         raise ResultsFileError(f"{source}: not a results file (expected a JSON object at the top)")
     if "simulations" not in data:  # `{}` is no run of 0 episodes
         raise ResultsFileError(f"{source}: not a results file: it has no simulations list")
+    data, missing = _older_format(data)
     try:
-        return Results.model_validate(data)
+        results = Results.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "top level"
@@ -179,6 +209,39 @@ def parse_results(data: Any, *, source: str = "results") -> Results:
             f"{source}: not a results file: at {where}: {first['msg']} "
             f"({exc.error_count()} problem(s) in all)"
         ) from exc
+    results._missing = missing
+    return results
+
+
+def _older_format(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
+    """`data` with the `OLDER_FORMAT_FIELDS` its simulations (those with messages) lack filled
+    in — the task as the simulation's own (`UNKNOWN_TASK_PREFIX` and its id), the ending
+    `UNKNOWN_TERMINATION` — and how many simulations lacked each; `data` itself when none lacks
+    any."""
+    simulations = data.get("simulations")
+    if not isinstance(simulations, list):
+        return data, {}
+    missing: Counter[str] = Counter()
+    filled = []
+    for simulation in simulations:
+        if (
+            not isinstance(simulation, dict)
+            or "messages" not in simulation  # no trajectory: not a simulation of any format
+            or all(f in simulation for f in OLDER_FORMAT_FIELDS)
+        ):
+            filled.append(simulation)
+            continue
+        missing.update(f for f in OLDER_FORMAT_FIELDS if f not in simulation)
+        defaults = {
+            "task_id": f"{UNKNOWN_TASK_PREFIX}{simulation.get('id', len(filled))}",
+            "termination_reason": UNKNOWN_TERMINATION,
+        }
+        filled.append({**defaults, **simulation})
+    if not missing:
+        return data, {}
+    return {**data, "simulations": filled}, {
+        f: missing[f] for f in OLDER_FORMAT_FIELDS if missing[f]
+    }
 
 
 def read_results(path: str | Path) -> Results:

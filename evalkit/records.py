@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from evalkit.formats import Results, SimulationRun
+from evalkit.formats import UNKNOWN_TASK_PREFIX, Results, SimulationRun
 from evalkit.tasks import Task
 
 _SHOWN: Final = 3  # ids listed in a sentence before "…"
@@ -112,6 +112,8 @@ def check_records(results: Results, domain_tasks: Sequence[Task] = ()) -> list[R
         if task_id in data
     }
     for simulation in results.simulations:
+        if simulation.task_id.startswith(UNKNOWN_TASK_PREFIX):
+            continue  # an older format's simulation without its task: nothing to check against
         if data and simulation.task_id not in embedded and simulation.task_id not in data:
             issues.append(
                 RecordIssue(

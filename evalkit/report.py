@@ -205,10 +205,12 @@ def _section(
 
 
 def section_tables(section: Section) -> list[Table]:
-    """The tables of one section, in reading order (the same builders `analyze` prints with)."""
+    """The tables of one section, in reading order (the same builders `analyze` prints with):
+    the paper's statistics first — both budgets' curves, each titled with its budget, then the
+    per-channel rate ratios with their intervals — then the runs and the breakdowns."""
     runs, comparison = section.runs, section.comparison
-    shown = [runs_table(runs), channel_table(runs, comparison), *experienced_tables(runs)]
-    shown += [budget_ci_table(runs, budget, comparison) for budget in budget_order(runs)]
+    shown = [budget_ci_table(runs, budget, comparison) for budget in budget_order(runs)]
+    shown += [channel_table(runs, comparison), runs_table(runs), *experienced_tables(runs)]
     shown += [termination_table(runs), wrong_names_table(runs, top=8)]
     return shown
 
@@ -220,6 +222,11 @@ STATISTICS: Final = (
     "ρ task×channel: the same correlation over (task, channel) signatures of every tool error.",
     "novel task×channel %: the share of B's tool errors whose (task, channel) never fails in A.",
     "largest gap: where B's budget curve falls furthest below A's (k ≥ 1).",
+    "TOST p: the equivalence test of the score within ±margin points — two one-sided paired "
+    "t-tests on the per-task mean differences (n − 1 degrees of freedom), equivalent when "
+    "p < 0.05. It assumes the tasks independent and their mean difference close to normal (a "
+    "t-test on few tasks with skewed differences can mislead); not run where the differences "
+    "do not vary or fewer than two tasks pair.",
 )
 
 

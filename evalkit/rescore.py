@@ -28,7 +28,7 @@ from typing import Any
 
 from evalkit.domains.base import Domain
 from evalkit.env import Environment
-from evalkit.errors import DataError, JudgeError, WrongDataError
+from evalkit.errors import DataError, JudgeError, ResultsFileError, WrongDataError
 from evalkit.formats import Results, SimulationRun, solo_mode
 from evalkit.messages import AssistantMessage
 from evalkit.records import RecordIssue, check_records, summary_lines
@@ -303,6 +303,26 @@ def rescore_simulation(
         recomputed_reward=recomputed_reward,
         judge_error=judge_error,
     )
+
+
+def check_complete(results: Results, *, source: str) -> None:
+    """Refuse `results` when its simulations lack what rescoring needs (an older τ²-bench
+    format without each simulation's `task_id` or `termination_reason`, `Results.missing`):
+    without the task there is nothing to replay it against.
+
+    Raises:
+        ResultsFileError: naming the missing fields and what `analyze` still computes.
+    """
+    if results.missing:
+        lacking = ", ".join(
+            f"{field} ({n} of {len(results.simulations)} simulations)"
+            for field, n in results.missing.items()
+        )
+        raise ResultsFileError(
+            f"{source}: an older τ²-bench format without {lacking}: rescoring needs each "
+            "simulation's task and ending; evalkit analyze computes what needs neither (budget "
+            "curves, channels)"
+        )
 
 
 def check_data(results: Results, domain: Domain, *, source: str) -> None:

@@ -27,11 +27,15 @@ import numpy as np
 import numpy.typing as npt
 
 from evalkit.analysis.stats import (
+    BOOTSTRAP_METHOD,
     DEFAULT_RESAMPLES,
     RateRatio,
+    basic_interval,
+    basic_interval_refusal,
     cluster_bootstrap_ci,
     holm,
     rate_ratio,
+    rate_ratio_missing,
     sign_flip_test,
     wilson_interval,
 )
@@ -196,6 +200,8 @@ class SignatureFigures:
     resamples: int
     seed: int
     confidence: float
+    refusals: dict[str, str] = field(default_factory=dict)
+    """Why a figure that is defined has no interval ("ρ", "novel share": the reason)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: the keys `GET /v1/stats/shadow` has under `signatures` mean the same."""
@@ -219,9 +225,14 @@ class SignatureFigures:
                 "resamples": self.resamples,
                 "seed": self.seed,
                 "confidence": self.confidence,
-                "method": "basic",
+                "method": BOOTSTRAP_METHOD,
                 "rank_correlation": detail(self.rank_correlation_ci),
                 "novel_share": detail(self.novel_share_ci),
+                "no_interval": {
+                    key: self.refusals[name]
+                    for key, name in (("rank_correlation", "ρ"), ("novel_share", "novel share"))
+                    if name in self.refusals
+                },
             },
         }
 
@@ -254,36 +265,52 @@ def signature_figures(
         for start in range(0, resamples, _CHUNK):
             draws = rng.multinomial(n, uniform, size=min(_CHUNK, resamples - start))
             replicates += [counts.agreement(w) for w in draws]
-    alpha = (1.0 - confidence) / 2
+    rhos, novels = [r for r, _ in replicates], [s for _, s in replicates]
+    refusals: dict[str, str] = {}
+    for name, estimate, values, bounds in (
+        ("ρ", correlation, rhos, (-1.0, 1.0)),
+        ("novel share", novel, novels, (0.0, 1.0)),
+    ):
+        reason = basic_interval_refusal(estimate, values, confidence=confidence, bounds=bounds)
+        if n >= 2 and estimate is not None and reason is not None:
+            defined = [v for v in values if v is not None]
+            bias = f" (their mean less the estimate: {np.mean(defined) - estimate:+.3f})"
+            refusals[name] = reason + (bias if defined else "")
     return SignatureFigures(
         rank_correlation=correlation,
         novel_share=novel,
         primary_failures=int(counts.counts[Side.PRIMARY].sum()),
         reference_failures=int(counts.counts[Side.REFERENCE].sum()),
-        rank_correlation_ci=_basic_interval(correlation, [r for r, _ in replicates], alpha, -1.0),
-        novel_share_ci=_basic_interval(novel, [s for _, s in replicates], alpha, 0.0),
+        rank_correlation_ci=_session_interval(correlation, rhos, confidence, (-1.0, 1.0)),
+        novel_share_ci=_session_interval(novel, novels, confidence, (0.0, 1.0)),
         sessions=n,
         resamples=resamples,
         seed=seed,
         confidence=confidence,
+        refusals=refusals,
     )
 
 
 _CHUNK = 2_000
 
 
-def _basic_interval(
-    estimate: float | None, replicates: Sequence[float | None], alpha: float, lowest: float
+def _session_interval(
+    estimate: float | None,
+    replicates: Sequence[float | None],
+    confidence: float,
+    bounds: tuple[float, float],
 ) -> BootstrapInterval | None:
-    values = np.array([r for r in replicates if r is not None])
-    if estimate is None or values.size == 0:
+    """evalkit's one bootstrap interval (`basic_interval`) of a figure, with the resamples'
+    bias and how many of them defined the figure; None where `basic_interval` draws none."""
+    interval = basic_interval(estimate, replicates, confidence=confidence, bounds=bounds)
+    if interval is None or estimate is None:
         return None
-    low, high = np.quantile(values, [alpha, 1.0 - alpha])
+    values = [r for r in replicates if r is not None]
     return BootstrapInterval(
-        low=max(lowest, 2 * estimate - float(high)),
-        high=min(1.0, 2 * estimate - float(low)),
-        bias=float(values.mean()) - estimate,
-        defined=int(values.size),
+        low=interval[0],
+        high=interval[1],
+        bias=float(np.mean(values)) - estimate,
+        defined=len(values),
     )
 
 
@@ -530,9 +557,13 @@ def shadow_tables(analysis: ShadowAnalysis) -> list[Table]:
                 f"{_percent(c.reference / c.pairs)} [{_percent(c.reference_ci[0])}–"
                 f"{_percent(c.reference_ci[1])}]",
                 _number(None if ratio is None else ratio.ratio),
-                "–" if ratio is None else f"{ratio.low:.2f}–{ratio.high:.2f}",
+                f"– ({rate_ratio_missing(c.reference, c.pairs, c.primary, c.pairs)})"
+                if ratio is None
+                else f"{ratio.low:.2f}–{ratio.high:.2f}",
                 _percent(c.difference),
-                f"{_percent(c.difference_ci[0])}–{_percent(c.difference_ci[1])}",
+                "(no spread)"
+                if c.difference_ci[0] == c.difference_ci[1]
+                else f"{_percent(c.difference_ci[0])}–{_percent(c.difference_ci[1])}",
                 _number(c.p_holm, 4),
             ]
         )
@@ -566,12 +597,25 @@ def shadow_tables(analysis: ShadowAnalysis) -> list[Table]:
 def signature_summary(figures: SignatureFigures) -> str:
     """ρ and the novel share with their 95% intervals, in a few words."""
     rho, novel = figures.rank_correlation_ci, figures.novel_share_ci
+    missing = " (no interval)"
     return (
         f"Spearman {_number(figures.rank_correlation)}"
-        + ("" if rho is None else f" (95% CI {rho.low:.2f}–{rho.high:.2f})")
+        + (
+            f" (95% CI {rho.low:.2f}–{rho.high:.2f})"
+            if rho is not None
+            else missing
+            if figures.rank_correlation is not None
+            else ""
+        )
         + ", novel share "
         + ("–" if figures.novel_share is None else f"{_percent(figures.novel_share)}%")
-        + ("" if novel is None else f" (95% CI {_percent(novel.low)}–{_percent(novel.high)}%)")
+        + (
+            f" (95% CI {_percent(novel.low)}–{_percent(novel.high)}%)"
+            if novel is not None
+            else missing
+            if figures.novel_share is not None
+            else ""
+        )
     )
 
 
@@ -583,21 +627,32 @@ def signature_lines(figures: SignatureFigures) -> tuple[str, str]:
         f"Failure signatures (channel, tool name as called; {figures.primary_failures} primary, "
         f"{figures.reference_failures} reference failures): {signature_summary(figures)}."
     )
-    if rho is None and novel is None:
+    refused = [
+        f"{name}: {figures.refusals[name]}"
+        for name in ("ρ", "novel share")
+        if name in figures.refusals
+    ]
+    if rho is None and novel is None and not refused:
         return head, (
             f"No intervals: the figures are undefined or the log holds {figures.sessions} "
             "session(s), too few to resample."
         )
+    biases = [
+        *([] if rho is None else [f"of ρ at {rho.bias:+.2f}"]),
+        *([] if novel is None else [f"of the novel share at {100 * novel.bias:+.1f} pts"]),
+    ]
     return (
         head,
-        f"Their intervals: basic bootstrap over the log's {figures.sessions} sessions (a "
-        f"session's pairs drawn together), {figures.resamples:,} resamples, seed {figures.seed}"
+        ("No interval for " + "; ".join(refused) + ". " if refused else "")
+        + f"Their intervals: basic bootstrap over the log's {figures.sessions} sessions (a "
+        f"session's pairs drawn together), {figures.resamples:,} resamples, seed {figures.seed}, "
+        "each clipped to its figure's range (ρ from −1 to 1, the share from 0 to 100%)"
         + (
-            ""
-            if rho is None or novel is None
-            else f"; the resamples put the figures' bias at {rho.bias:+.2f} and "
-            f"{100 * novel.bias:+.1f} pts, which the intervals correct (the figures read low "
-            "and high on a small log)"
+            f"; the resamples put the bias {' and '.join(biases)}, which the "
+            f"{'intervals correct' if len(biases) > 1 else 'interval corrects'} (on a small log "
+            "ρ reads low and the novel share high)"
+            if biases
+            else ""
         )
         + "."
         + (

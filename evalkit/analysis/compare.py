@@ -37,6 +37,7 @@ from evalkit.analysis.stats import (
     cluster_bootstrap_ci,
     holm,
     rate_ratio,
+    rate_ratio_missing,
     sign_flip_test,
     spearman,
     tost_paired,
@@ -157,6 +158,15 @@ class ChannelComparison:
     def b_rate(self) -> float | None:
         return self.b_count / self.b_calls if self.b_calls else None
 
+    @property
+    def missing(self) -> str | None:
+        """Why there is no rate ratio, in a few words (None: there is one)."""
+        if self.ratio is not None:
+            return None
+        if self.a_count > self.a_calls or self.b_count > self.b_calls:
+            return "more failures than calls"
+        return rate_ratio_missing(self.a_count, self.a_calls, self.b_count, self.b_calls)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form."""
         r = self.ratio
@@ -172,6 +182,7 @@ class ChannelComparison:
             "ci_low": None if r is None else r.low,
             "ci_high": None if r is None else r.high,
             "corrected": None if r is None else r.corrected,
+            "missing": self.missing,
         }
 
 

@@ -19,6 +19,8 @@ from evalkit.termination import TerminationReason
 from proxy.guard import Channel
 
 NONE: Final = "—"
+NO_SPREAD: Final = "(no spread)"
+"""What a figure shows in place of an interval when its values do not vary."""
 
 
 def pct(value: float | None, digits: int = 1) -> str:
@@ -41,6 +43,16 @@ def p_value(value: float | None) -> str:
 def interval(low: float, high: float) -> str:
     """An interval of fractions as points: `74.3–93.9`."""
     return f"{pct(low)}–{pct(high)}"
+
+
+def reward_interval(run: RunAnalysis) -> str:
+    """A run's mean-reward interval as points, or what stands in its place: — without
+    episodes, `(1 task)`, or `(no spread)` where every task's mean is alike."""
+    if run.reward_ci is not None:
+        return interval(*run.reward_ci)
+    if not run.episodes:
+        return NONE
+    return "(1 task)" if len({e.task_id for e in run.episodes}) < 2 else NO_SPREAD
 
 
 def budget_order(runs: Sequence[RunAnalysis]) -> list[Budget]:
@@ -80,7 +92,7 @@ def runs_table(runs: Sequence[RunAnalysis]) -> Table:
     rows = []
     for r in runs:
         hat = r.pass_hat()
-        row = [r.label, str(len(r.episodes)), pct(r.mean_reward), interval(*r.reward_ci)]
+        row = [r.label, str(len(r.episodes)), pct(r.mean_reward), reward_interval(r)]
         row += [f"{hat[k]:.3f}" if k in hat else NONE for k in ks]
         row += [
             num(r.errors_per_episode_mean(Budget.TAU2)),
@@ -90,7 +102,8 @@ def runs_table(runs: Sequence[RunAnalysis]) -> Table:
         ]
         rows.append(row)
     note = (
-        "reward: mean reward in points, 95% CI by bootstrap over tasks. tool err/ep: τ²-bench's "
+        f"reward: mean reward in points, 95% CI by bootstrap over tasks ({NO_SPREAD}: every "
+        "task's mean alike; (1 task): too few to resample — no interval). tool err/ep: τ²-bench's "
         "count (tool messages with error: true); fail/ep: the proxy's budget count (every "
         "failure the agent experienced, or the tool errors when more). NL judged: episodes "
         "whose NL assertions a judge scored, of those that have them."
@@ -116,10 +129,6 @@ def budget_table(runs: Sequence[RunAnalysis], budget: Budget) -> Table:
         "From one run: an episode scores its reward at k when its count stayed below k, else 0."
     )
     return Table(budget_title(budget, runs), columns(*header), rows, note)
-
-
-NO_SPREAD: Final = "(no spread)"
-"""What a figure shows in place of an interval when its values do not vary."""
 
 
 def budget_ci_table(
@@ -182,7 +191,7 @@ def channel_table(runs: Sequence[RunAnalysis], comparison: CellComparison | None
             found = next(c for c in comparison.channels if c.channel is channel)
             ratio = found.ratio
             row.append(
-                NONE
+                f"{NONE} ({found.missing})"
                 if ratio is None
                 else f"×{ratio.ratio:.2f} [{ratio.low:.2f}, {ratio.high:.2f}]"
                 + ("*" if ratio.corrected else "")

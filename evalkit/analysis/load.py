@@ -126,6 +126,7 @@ class _Group:
     schema_source: str | None
     issues: list[RecordIssue] = field(default_factory=list)
     simulations: int = 0
+    notes: list[str] = field(default_factory=list)
 
 
 def load_runs(
@@ -197,6 +198,9 @@ def analyze_results(
         group.episodes.extend(classify_simulation(s, declared) for s in results.simulations)
         group.issues += check_records(results, data.tasks(domain))
         group.simulations += len(results.simulations)
+        note = results.missing_note()
+        if note is not None:
+            group.notes.append(f"{path}: {note}" if path is not None else note)
     return [
         analyze_episodes(
             g.episodes,
@@ -206,7 +210,7 @@ def analyze_results(
             model=g.model,
             schema_source=g.schema_source,
             sources=g.sources,
-            warnings=summary_lines(g.issues, g.simulations),
+            warnings=[*g.notes, *summary_lines(g.issues, g.simulations)],
             resamples=resamples,
             seed=seed,
         )

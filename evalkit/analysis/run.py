@@ -49,7 +49,8 @@ class RunAnalysis:
     `max_errors` is the budget the episodes ran at (the smallest one when files differ);
     `budget` is how they were budgeted (the proxy's budget when the run went through the proxy,
     else τ²-bench's): the curve a headline quotes. `curves` holds both budgets' curves;
-    `reward_ci` the bootstrap interval of the mean reward (tasks resampled);
+    `reward_ci` the bootstrap interval of the mean reward (tasks resampled), None where
+    `reward_ci_missing` says why there is none;
     `schema_source` says where the agent's tool schemas came from (None: from error texts).
     """
 
@@ -60,7 +61,7 @@ class RunAnalysis:
     episodes: tuple[EpisodeFailures, ...]
     curves: Mapping[Budget, tuple[BudgetPoint, ...]]
     budget: Budget = Budget.TAU2
-    reward_ci: tuple[float, float] = (0.0, 0.0)
+    reward_ci: tuple[float, float] | None = None
     schema_source: str | None = None
     sources: tuple[str, ...] = field(default_factory=tuple)
     warnings: tuple[str, ...] = field(default_factory=tuple)
@@ -228,6 +229,11 @@ class RunAnalysis:
             for task_id, episodes in grouped.items()
         ]
 
+    @property
+    def reward_ci_missing(self) -> str | None:
+        """Why the mean reward has no interval, in words (None: it has one)."""
+        return reward_interval_missing(self.episodes)
+
     # -- output ----------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
@@ -238,7 +244,8 @@ class RunAnalysis:
             "channels": _named(self.channels()),
             "budget_curve": [p.to_dict() for p in self.budget_curve],
             "termination_reasons": dict(self.termination_reasons().most_common()),
-            "reward_ci": list(self.reward_ci),
+            "reward_ci": None if self.reward_ci is None else list(self.reward_ci),
+            "reward_ci_missing": self.reward_ci_missing,
             "budget": self.budget.value,
             "budget_curves": {b.value: [p.to_dict() for p in self.curves[b]] for b in Budget},
             "pass_hat": {str(k): v for k, v in self.pass_hat().items()},
@@ -329,8 +336,8 @@ def analyze_episodes(
     }
     if budget is None:
         budget = Budget.PROXY if any(e.proxy is not None for e in episodes) else Budget.TAU2
-    reward_ci = (0.0, 0.0)
-    if episodes:
+    reward_ci = None
+    if reward_interval_missing(episodes) is None:
         low, high = cluster_bootstrap_ci(
             rewards, tasks, confidence=confidence, resamples=resamples, seed=seed
         )
@@ -348,3 +355,21 @@ def analyze_episodes(
         sources=tuple(sources),
         warnings=tuple(warnings),
     )
+
+
+def reward_interval_missing(episodes: Sequence[EpisodeFailures]) -> str | None:
+    """Why the mean reward of `episodes` has no bootstrap interval, in a few words: no
+    episodes, fewer than two tasks (a resample of one task is itself), or every task's mean
+    reward alike (every resample the same mean: a point, not an interval); None when it has one.
+    """
+    per_task: dict[str, list[float]] = {}
+    for episode in episodes:
+        per_task.setdefault(episode.task_id, []).append(episode.reward)
+    if not per_task:
+        return "no episodes"
+    if len(per_task) < 2:
+        return "1 task; an interval needs two or more"
+    means = {math.fsum(rewards) / len(rewards) for rewards in per_task.values()}
+    if len(means) == 1:
+        return f"every task's mean reward is {100 * means.pop():.1f}: no spread to resample"
+    return None

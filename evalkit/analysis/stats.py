@@ -93,21 +93,59 @@ def basic_interval(
     bounds: tuple[float, float] = (-math.inf, math.inf),
 ) -> tuple[float, float] | None:
     """The basic bootstrap interval of `estimate` from its resampled `replicates` (each the same
-    estimator on one resample; None where it is undefined there), clipped to `bounds`.
+    estimator on one resample; None where it is undefined there), clipped to `bounds` — the
+    estimator's range, which the basic interval (2·estimate less a quantile) can leave near its
+    edges, as a share near 100%.
 
-    None — no interval — when the estimate or every replicate is undefined, when the replicates
-    do not vary (a point is no interval: the data hold too little to resample), or when they lie
-    on one side of the estimate beyond the interval's quantiles: a bias the bootstrap cannot
-    correct, where an interval would not contain its own estimate.
+    None — no interval — where `basic_interval_refusal` gives a reason: the estimate or every
+    replicate is undefined, the replicates do not vary (a point is no interval: the data hold
+    too little to resample), or they lie on one side of the estimate beyond the interval's
+    quantiles (a bias the bootstrap cannot correct, where an interval would not contain its own
+    estimate).
     """
-    values = np.array([r for r in replicates if r is not None], dtype=np.float64)
-    if estimate is None or values.size == 0 or values.min() == values.max():
+    if basic_interval_refusal(estimate, replicates, confidence=confidence, bounds=bounds):
         return None
+    assert estimate is not None  # refused otherwise
+    return _clipped(estimate, _quantiles(replicates, confidence), bounds)
+
+
+def basic_interval_refusal(
+    estimate: float | None,
+    replicates: Sequence[float | None],
+    *,
+    confidence: float = 0.95,
+    bounds: tuple[float, float] = (-math.inf, math.inf),
+) -> str | None:
+    """Why `basic_interval` draws no interval for `estimate` and its `replicates`, in a few
+    words; None when it draws one."""
+    values = [r for r in replicates if r is not None]
+    if estimate is None:
+        return "the figure is undefined"
+    if not values:
+        return "no resample defines the figure"
+    if min(values) == max(values):
+        return "the resamples do not vary"
+    quantiles = _quantiles(values, confidence)
+    if not quantiles[0] <= estimate <= quantiles[1]:
+        return "the resamples lie to one side of the estimate"
+    low, high = _clipped(estimate, quantiles, bounds)
+    if low == high:
+        return "clipped to the figure's range, the interval is a single point"
+    return None
+
+
+def _clipped(
+    estimate: float, quantiles: tuple[float, float], bounds: tuple[float, float]
+) -> tuple[float, float]:
+    lower, upper = quantiles
+    return max(bounds[0], 2 * estimate - upper), min(bounds[1], 2 * estimate - lower)
+
+
+def _quantiles(replicates: Sequence[float | None], confidence: float) -> tuple[float, float]:
+    values = np.array([r for r in replicates if r is not None], dtype=np.float64)
     alpha = (1.0 - confidence) / 2
     lower, upper = (float(q) for q in np.quantile(values, [alpha, 1.0 - alpha]))
-    if not lower <= estimate <= upper:
-        return None
-    return max(bounds[0], 2 * estimate - upper), min(bounds[1], 2 * estimate - lower)
+    return lower, upper
 
 
 def _as_matrix(values: npt.ArrayLike) -> FloatArray:
@@ -345,9 +383,10 @@ def rate_ratio(
 ) -> RateRatio | None:
     """Relative risk (b_events / b_trials) / (a_events / a_trials) with Katz's log interval.
 
-    Returns None when there is nothing to compare: a side with no trials, or no events on
-    either side. The interval is exp(log r ± z·se), se² = 1/a − 1/n_a + 1/b − 1/n_b — the
-    same as scipy's `relative_risk(...).confidence_interval()`.
+    Returns None where `rate_ratio_missing` gives a reason: nothing to compare (a side with no
+    trials, or no events on either side) or no spread (every trial an event on both sides,
+    where Katz's interval is a point). The interval is exp(log r ± z·se), se² = 1/a − 1/n_a +
+    1/b − 1/n_b — the same as scipy's `relative_risk(...).confidence_interval()`.
 
     Raises:
         ValueError: when events exceed trials or a count is negative.
@@ -355,8 +394,22 @@ def rate_ratio(
     for events, trials in ((a_events, a_trials), (b_events, b_trials)):
         if events < 0 or trials < 0 or events > trials:
             raise ValueError(f"need 0 ≤ events ≤ trials, got {events} of {trials}")
+    if rate_ratio_missing(a_events, a_trials, b_events, b_trials) is not None:
+        return None
     found = relative_risk(b_events, b_trials, a_events, a_trials, z_of(confidence))
     return None if found is None else RateRatio(*found)
+
+
+def rate_ratio_missing(a_events: int, a_trials: int, b_events: int, b_trials: int) -> str | None:
+    """Why `rate_ratio` gives no ratio for these counts, in a few words (A the base, B the
+    compared side); None when it gives one."""
+    if a_trials <= 0 or b_trials <= 0:
+        return f"no calls in {'A' if a_trials <= 0 else 'B'}"
+    if a_events == 0 and b_events == 0:
+        return "no failures on either side"
+    if a_events == a_trials and b_events == b_trials:
+        return "every call failed on both sides: no spread"
+    return None
 
 
 # -- rank correlation --------------------------------------------------------------------------

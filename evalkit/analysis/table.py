@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rich import box
-from rich.console import Group, RenderableType
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table as RichTable
 from rich.text import Text
 
@@ -70,22 +71,10 @@ class Table:
     def rich(self) -> RenderableType:
         """The table for a rich console, its title above and its note and footnotes under it as
         text as wide as the console (not the table): compact, so that a summary fits one
-        screen."""
-        table = RichTable(
-            box=box.SIMPLE_HEAD,
-            padding=(0, 0),
-            collapse_padding=True,
-            pad_edge=False,
-        )
-        for position, column in enumerate(self.columns):
-            table.add_column(
-                column.header,
-                justify="right" if column.numeric else "left",
-                no_wrap=position == 0,
-            )
-        for row in self.rows:
-            table.add_row(*row)
-        parts: list[RenderableType] = [Text(self.title, style="bold"), table]
+        screen. Cells wrap between words, never inside one, so no number is cut; when the
+        columns' longest words do not fit the console side by side, the table is shown in
+        parts, each repeating the first column (see `_FittedTable`)."""
+        parts: list[RenderableType] = [Text(self.title, style="bold"), _FittedTable(self)]
         caption = " ".join(part for part in (self.note, *self.footnotes) if part)
         if caption:
             parts += [Text(caption, style="dim"), Text("")]
@@ -123,6 +112,88 @@ class Table:
         parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
         parts += [f'<p class="note">{html.escape(f)}</p>' for f in self.footnotes]
         return "\n".join(parts)
+
+
+class _FittedTable:
+    """A `Table`'s cells as one or more rich tables that fit the console's width.
+
+    A column needs at least its longest word (a number with its interval, or a header word);
+    the columns that fit beside the first one side by side form one part, and the rest follow
+    in further parts under it, each with the first column again. Within a part rich wraps cells
+    between words to share out the width."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        cells = [
+            [column.header, *(row[i] for row in self.table.rows)]
+            for i, column in enumerate(self.table.columns)
+        ]
+        needs = [max(_longest_word(text) for text in texts) for texts in cells]
+        wants = [max(_longest_line(text) for text in texts) for texts in cells]
+        for part in column_parts(needs, options.max_width):
+            widths = share_width(
+                [needs[p] for p in part],
+                [wants[p] for p in part],
+                options.max_width - len(part) - 1,
+            )
+            yield self._part(part, widths)
+
+    def _part(self, positions: Sequence[int], widths: Sequence[int]) -> RichTable:
+        part = RichTable(box=box.SIMPLE_HEAD, padding=(0, 0), collapse_padding=True, pad_edge=False)
+        for position, width in zip(positions, widths, strict=True):
+            column = self.table.columns[position]
+            part.add_column(
+                column.header,
+                justify="right" if column.numeric else "left",
+                width=width,
+                overflow="fold",
+            )
+        for row in self.table.rows:
+            part.add_row(*(row[position] for position in positions))
+        return part
+
+
+def share_width(needs: Sequence[int], wants: Sequence[int], room: int) -> list[int]:
+    """Widths of columns that need at least `needs` and want `wants` characters, in `room`
+    characters: what each wants when all fit, else the widest columns narrowed first, one
+    character at a time, down to what they need (never below it, even when it does not fit)."""
+    widths = [max(need, want) for need, want in zip(needs, wants, strict=True)]
+    while sum(widths) > room:
+        slack = [width - need for width, need in zip(widths, needs, strict=True)]
+        widest = max(range(len(widths)), key=lambda i: (slack[i] > 0, widths[i]))
+        if slack[widest] <= 0:
+            break
+        widths[widest] -= 1
+    return widths
+
+
+def column_parts(needs: Sequence[int], width: int) -> list[list[int]]:
+    """The columns (by position) of each part of a table whose columns need `needs` characters
+    each, on a console `width` wide: the first column in every part, the others in order, as
+    many beside it as fit. A part is one character wider than its columns and their separators
+    (an edge each side, one between columns); a column too wide even beside the first alone
+    gets a part of its own with it all the same."""
+    if not needs:
+        return []
+    parts: list[list[int]] = [[0]]
+    used = needs[0] + 2
+    for position in range(1, len(needs)):
+        if len(parts[-1]) > 1 and used + 1 + needs[position] > width:
+            parts.append([0])
+            used = needs[0] + 2
+        parts[-1].append(position)
+        used += 1 + needs[position]
+    return parts
+
+
+def _longest_line(text: str) -> int:
+    return max((cell_len(line) for line in text.splitlines()), default=0)
+
+
+def _longest_word(text: str) -> int:
+    return max((cell_len(word) for word in text.split()), default=0)
 
 
 def _md_cell(text: str) -> str:

@@ -14,6 +14,7 @@ from typing import Final
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from evalkit.analysis.stats import rate_ratio_missing
 from evalkit.analysis.table import Table, columns
 from evalkit.probe.figures import ANSWER_CHANNELS, ANY, PairFigures, ProbeFigures, Rate
 from evalkit.report import COLOURS, RenderedFigure, render_figure
@@ -113,7 +114,11 @@ def _pair_table(pair: PairFigures) -> Table:
     rows = []
     for name in CHANNEL_NAMES:
         a, na, b, nb, ratio = pair.ratios[name]
-        shown = "—" if ratio is None else f"{ratio.ratio:.2f} [{ratio.low:.2f}, {ratio.high:.2f}]"
+        shown = (
+            f"— ({rate_ratio_missing(a, na, b, nb)})"
+            if ratio is None
+            else f"{ratio.ratio:.2f} [{ratio.low:.2f}, {ratio.high:.2f}]"
+        )
         if ratio is not None and ratio.corrected:
             shown += " *"
         rows.append([name, f"{a}/{na}", f"{b}/{nb}", shown])

@@ -4,8 +4,10 @@ and bad input turned into a message and an exit code."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from typer.testing import CliRunner
 
 from evalkit.cli import app
 from tests.evalkit.analysis.builders import OK, UNKNOWN, Call, episode, results, write
+from tests.evalkit.test_report import console_lines, needs_chromium, run_chromium
 
 REPO = Path(__file__).resolve().parents[1].parent
 runner = CliRunner()
@@ -282,3 +285,56 @@ def test_wrong_name_correlation_is_shown_under_the_threshold_with_a_warning(
     assert cell["spearman"]["wrong_tool_names"] is not None
     assert "wrong tool names ρ" in cell["verdict"]
     assert "warning: only 6 (A) and 9 (B) wrong-name calls" in cell["verdict"]
+
+
+class _PageText(HTMLParser):
+    """The text a reader sees of a page, block by block (no style sheet)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[str] = []
+        self._style = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._style = tag == "style"
+        self.parts.append("\n" if tag in {"h1", "h2", "h3", "p", "li", "tr", "figcaption"} else " ")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._style = False
+
+    def handle_data(self, data: str) -> None:
+        if not self._style:
+            self.parts.append(data)
+
+    @classmethod
+    def of(cls, dom: str) -> str:
+        parser = cls()
+        parser.feed(dom)
+        return "".join(parser.parts)
+
+
+@needs_chromium
+def test_the_rendered_report_of_a_run_directory_shows_the_papers_statistics_first(
+    demo_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "report.html"
+    proc = _evalkit("report", str(demo_dir), "-o", str(out), "--resamples", "200")
+    assert proc.returncode == 0, proc.stderr
+    rendered = run_chromium(tmp_path, "--dump-dom", out.as_uri())
+    assert rendered.returncode == 0, rendered.stderr[-2000:]
+    assert console_lines(rendered.stderr) == []
+    text = _PageText.of(rendered.stdout)
+    # The comparison of every arm comes first: the wrong-name rank correlation, and the
+    # equivalence test with its assumptions.
+    head, first, *_ = text.split("\nretail · sim-bf16 vs sim-int4\n")
+    assert "ρ wrong names" in head
+    assert "TOST p: the equivalence test" in head
+    assert "It assumes the tasks independent" in head
+    # In the first arm's section, before its runs table: both budgets' curves, each labelled,
+    # then the per-channel rate ratios with their intervals.
+    before_runs = first.split("\nRuns\n")[0]
+    assert "Budget curve: proxy experienced-failure budget" in before_runs
+    assert "Budget curve: τ²-bench tool-error budget" in before_runs
+    assert "B/A [95% CI]" in before_runs
+    assert re.search(r"×\d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\]", before_runs)
+    assert before_runs.index("Budget curve: τ²-bench") < before_runs.index("B/A [95% CI]")

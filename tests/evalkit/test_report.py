@@ -142,7 +142,7 @@ def test_a_report_of_single_runs_has_no_comparison(tmp_path: Path) -> None:
 # -- rendering in a real browser -------------------------------------------------------------
 
 
-def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run_chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     assert CHROMIUM is not None
     command = [
         CHROMIUM,
@@ -162,7 +162,7 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
 
 
-def _console_lines(stderr: str) -> list[str]:
+def console_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if _CONSOLE.search(line)]
 
 
@@ -170,18 +170,18 @@ def _console_lines(stderr: str) -> list[str]:
 def test_the_console_check_catches_a_page_that_logs_an_error(tmp_path: Path) -> None:
     page = tmp_path / "broken.html"
     page.write_text("<!DOCTYPE html><p>x</p><script>missingFunction()</script>")
-    run = _chromium(tmp_path, "--dump-dom", page.as_uri())
+    run = run_chromium(tmp_path, "--dump-dom", page.as_uri())
     assert run.returncode == 0, run.stderr[-2000:]
-    assert any("missingFunction" in line for line in _console_lines(run.stderr))
+    assert any("missingFunction" in line for line in console_lines(run.stderr))
 
 
 @needs_chromium
 def test_the_report_renders_in_chromium_without_console_errors(
     report: ReportFiles, tmp_path: Path
 ) -> None:
-    run = _chromium(tmp_path, "--dump-dom", report.html.as_uri())
+    run = run_chromium(tmp_path, "--dump-dom", report.html.as_uri())
     assert run.returncode == 0, run.stderr[-2000:]
-    assert _console_lines(run.stderr) == []
+    assert console_lines(run.stderr) == []
     dom = run.stdout
     assert "<title>bf16 vs int4</title>" in dom
     assert dom.count("<img ") == 6
@@ -193,11 +193,11 @@ def test_the_screenshot_of_the_report_shows_the_figures(
     report: ReportFiles, tmp_path: Path
 ) -> None:
     shot = tmp_path / "shot.png"
-    run = _chromium(
+    run = run_chromium(
         tmp_path, f"--screenshot={shot}", "--window-size=1280,2000", report.html.as_uri()
     )
     assert run.returncode == 0, run.stderr[-2000:]
-    assert _console_lines(run.stderr) == []
+    assert console_lines(run.stderr) == []
     pixels = imread(shot)[:, :, :3]
     assert pixels.shape[:2] == (2000, 1280)
     flat = (pixels.reshape(-1, 3) * 255).round().astype(int)

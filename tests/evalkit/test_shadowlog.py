@@ -11,15 +11,19 @@ from typing import Any
 
 import matplotlib
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from evalkit.analysis.table import Table
 from evalkit.cli import app
 from evalkit.shadowlog import (
+    LoggedPair,
     analyze_shadow_log,
     plot_shadow,
     read_shadow_log,
     shadow_tables,
+    signature_figures,
     signature_lines,
     signature_summary,
 )
@@ -28,14 +32,15 @@ from proxy.shadowstats import Decision, Pair, figures, tally_pairs
 UNKNOWN = "unknown_tool"
 
 
-def random_pairs(seed: int, n: int) -> list[tuple[str, Pair]]:
-    """Pairs of a quantized side that fails the reference's way, more often."""
+def random_pairs(seed: int, n: int, *, own: tuple[str, ...] = ()) -> list[tuple[str, Pair]]:
+    """Pairs of a quantized side that fails the reference's way, more often — and with the
+    wrong names `own` too, which the reference never calls."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        wrong = rng.choice(["lookup_order", "get_order", "find_user"])
+        names = ["lookup_order", "get_order", "find_user"]
         sides = []
-        for rate in (0.3, 0.1):  # primary, reference
+        for rate, wrong in ((0.3, rng.choice(names + list(own))), (0.1, rng.choice(names))):
             if rng.random() < rate:
                 sides.append(Decision((wrong,), (None,), ((UNKNOWN, wrong),)))
             elif rng.random() < 0.05:
@@ -178,7 +183,7 @@ def test_the_report_gives_the_signature_figures_intervals_and_how_they_were_draw
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "shadow.jsonl"
-    write_log(log, random_pairs(9, 400))
+    write_log(log, random_pairs(9, 400, own=("fetch_order",)))
     result = CliRunner(env={"COLUMNS": "400"}).invoke(
         app, ["shadow", str(log), "--resamples", "300", "--seed", "4"]
     )
@@ -247,3 +252,58 @@ def test_the_plot_titles_each_panel_with_the_signature_figures(tmp_path: Path) -
     text = html.unescape(svg.read_text())
     assert f"failure signatures: {signature_summary(sig)}" in text
     assert f"(95% CI {sig.rank_correlation_ci.low:.2f}–{sig.rank_correlation_ci.high:.2f})" in text
+
+
+def test_the_report_fits_an_80_column_terminal_without_cutting_a_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_log(tmp_path / "shadow.jsonl", random_pairs(1, 400))
+    monkeypatch.setenv("COLUMNS", "80")
+    result = CliRunner().invoke(app, ["shadow", str(tmp_path / "shadow.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    assert "…" not in result.output
+    (analysis,) = analyze_shadow_log(read_shadow_log([tmp_path / "shadow.jsonl"]))
+    words = result.output.split()
+    for table in shadow_tables(analysis):
+        for row in table.rows:
+            assert all(word in words for cell in row for word in cell.split()), row
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sessions=st.lists(
+        st.lists(
+            st.tuples(st.sampled_from(["", "a", "b", "c"]), st.sampled_from(["", "a", "b", "d"])),
+            min_size=1,
+            max_size=6,
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    seed=st.integers(0, 20),
+)
+def test_every_signature_interval_holds_its_estimate_and_stays_in_range(
+    sessions: list[list[tuple[str, str]]], seed: int
+) -> None:
+    """Pairs whose sides call a wrong name ("" for a valid call), sessions of a few pairs."""
+
+    def side(wrong: str) -> Decision:
+        if not wrong:
+            return Decision(("get_order_details",), ("{}",), ())
+        return Decision((wrong,), (None,), ((UNKNOWN, wrong),))
+
+    pairs = [
+        LoggedPair(f"s{i}", Pair.between(side(primary), side(reference)))
+        for i, session in enumerate(sessions)
+        for primary, reference in session
+    ]
+    figures = signature_figures(pairs, resamples=200, seed=seed)
+    for ci, estimate, lowest in (
+        (figures.rank_correlation_ci, figures.rank_correlation, -1.0),
+        (figures.novel_share_ci, figures.novel_share, 0.0),
+    ):
+        if ci is not None:
+            assert estimate is not None
+            assert lowest <= ci.low <= estimate <= ci.high <= 1.0
+            assert ci.low < ci.high

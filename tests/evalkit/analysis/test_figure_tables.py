@@ -6,12 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from evalkit.analysis.budget import Budget
+from evalkit.analysis.channels import ErrorChannel
 from evalkit.analysis.compare import compare_runs
 from evalkit.analysis.figure_tables import (
     NONE,
     budget_ci_table,
     budget_order,
     budget_table,
+    channel_table,
     interval,
     num,
     p_value,
@@ -69,3 +71,38 @@ def test_a_figure_whose_values_do_not_vary_shows_no_interval(tmp_path: Path) -> 
     table = budget_ci_table((run, run), cell.budget, cell)
     assert table.rows[0][1:] == ["0.0 (no spread)", "0.0 (no spread)", "+0.0 (no spread)"]
     assert all(row[-1] == "+0.0 (no spread)" for row in table.rows)
+
+
+def _run_of(tmp_path: Path, sims: list[dict[str, object]], name: str = "run.json") -> RunAnalysis:
+    path = write(tmp_path / name, results(sims, domain="airline", max_errors=2))
+    (run,) = load_runs([path], resamples=200)
+    return run
+
+
+def test_a_mean_reward_without_spread_or_of_one_task_shows_what_is_missing(tmp_path: Path) -> None:
+    alike = _run_of(tmp_path, [episode("1"), episode("2")], "alike.json")
+    one = _run_of(tmp_path, [episode("1"), episode("1", reward=0.0, trial=1)], "one.json")
+    spread = _run_of(tmp_path, [episode("1"), episode("2", reward=0.0)], "spread.json")
+    cells = {r.label: r for r in (alike, one, spread)}
+    table = runs_table(list(cells.values()))
+    shown = dict(zip(cells, table.column("95% CI"), strict=True))
+    assert shown[alike.label] == "(no spread)"
+    assert shown[one.label] == "(1 task)"
+    assert spread.reward_ci is not None
+    assert shown[spread.label] == interval(*spread.reward_ci)
+    assert alike.reward_ci is None
+    assert one.reward_ci is None
+    assert alike.to_dict()["reward_ci_missing"] == (
+        "every task's mean reward is 100.0: no spread to resample"
+    )
+    assert one.to_dict()["reward_ci_missing"] == "1 task; an interval needs two or more"
+    assert spread.to_dict()["reward_ci_missing"] is None
+
+
+def test_a_channel_without_a_rate_ratio_says_what_is_missing(tmp_path: Path) -> None:
+    a = _run_of(tmp_path, [episode("1", [Call(OK)]), episode("2", [Call(OK)])], "a.json")
+    b = _run_of(tmp_path, [episode("1", [Call(OK)]), episode("2", [Call(UNKNOWN, "x")])], "b.json")
+    cell = compare_runs(a, b, resamples=200)
+    rows = {row[0]: row[-1] for row in channel_table((a, b), cell).rows}
+    assert rows[ErrorChannel.UNKNOWN_TOOL.label].startswith("×")
+    assert rows[ErrorChannel.SCHEMA_VIOLATION.label] == f"{NONE} (no failures on either side)"

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evalkit.analysis.compare import signature_statistics
-from evalkit.analysis.stats import basic_interval, cluster_bootstrap_ci
+from evalkit.analysis.stats import basic_interval, basic_interval_refusal, cluster_bootstrap_ci
 
 
 @dataclass(frozen=True)
@@ -74,11 +74,25 @@ def test_mean_intervals_contain_the_mean(values: list[float], seed: int) -> None
 @given(
     estimate=st.floats(-1, 1),
     replicates=st.lists(st.one_of(st.none(), st.floats(-1, 1)), max_size=40),
+    bounds=st.sampled_from([(-1.0, 1.0), (0.0, 1.0)]),
 )
-def test_a_basic_interval_is_drawn_only_around_its_estimate(
-    estimate: float, replicates: list[float | None]
+def test_a_basic_interval_is_drawn_only_around_its_estimate_and_within_its_range(
+    estimate: float, replicates: list[float | None], bounds: tuple[float, float]
 ) -> None:
-    interval = basic_interval(estimate, replicates, bounds=(-1.0, 1.0))
+    estimate = max(bounds[0], estimate)
+    interval = basic_interval(estimate, replicates, bounds=bounds)
     assert _contains(interval, estimate)
+    refusal = basic_interval_refusal(estimate, replicates, bounds=bounds)
+    assert (interval is None) == (refusal is not None)
     if interval is not None:
-        assert -1.0 <= interval[0] <= interval[1] <= 1.0
+        assert bounds[0] <= interval[0] < interval[1] <= bounds[1]  # clipped, never a point
+
+
+def test_a_share_at_its_edge_whose_interval_clips_to_a_point_gets_none_and_a_reason() -> None:
+    # 2·0 − q: the basic interval of a share of 0 whose resamples read higher lies below 0.
+    replicates = [0.0] * 90 + [0.05] * 10
+    assert basic_interval(0.0, replicates, bounds=(0.0, 1.0)) is None
+    assert basic_interval_refusal(0.0, replicates, bounds=(0.0, 1.0)) == (
+        "clipped to the figure's range, the interval is a single point"
+    )
+    assert basic_interval_refusal(0.5, [0.5] * 5) == "the resamples do not vary"

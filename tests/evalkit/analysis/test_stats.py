@@ -14,6 +14,7 @@ from evalkit.analysis.stats import (
     holm,
     rankdata,
     rate_ratio,
+    rate_ratio_missing,
     sign_flip_test,
     spearman,
     t_cdf,
@@ -245,3 +246,15 @@ def test_clustered_bootstrap_covers_a_known_difference_95_percent_of_the_time_ov
     coverage = _coverage(1000, tasks=50, trials=4, resamples=2000)
     # 1000 repetitions: standard error 0.7 points; the bootstrap runs a little narrow.
     assert 0.925 <= coverage <= 0.97
+
+
+def test_a_rate_ratio_is_refused_with_its_reason_where_katz_interval_says_nothing() -> None:
+    assert rate_ratio(3, 3, 2, 2) is None  # every call failed on both sides: se = 0, a point
+    assert rate_ratio_missing(3, 3, 2, 2) == "every call failed on both sides: no spread"
+    assert rate_ratio_missing(0, 10, 0, 12) == "no failures on either side"
+    assert rate_ratio_missing(0, 0, 1, 12) == "no calls in A"
+    assert rate_ratio_missing(1, 10, 0, 0) == "no calls in B"
+    assert rate_ratio_missing(3, 3, 1, 2) is None
+    found = rate_ratio(3, 3, 1, 2)
+    assert found is not None
+    assert found.low < found.ratio < found.high
