@@ -30,6 +30,15 @@ from pydantic_settings import (
 
 from proxy.errors import ConfigError
 from proxy.guard.repair import OnUnrepaired, RepairMode, StructuredOutputs
+from proxy.guard.tool_errors import (
+    HEAD_CHARS,
+    MAX_PATTERN_CHARS,
+    Client,
+    ToolErrorPattern,
+    compile_pattern,
+    tool_error_pattern,
+)
+from proxy.protocols.base import API
 from proxy.session.budget import DEFAULT_SESSION_HEADERS, ExhaustionPolicy
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -170,6 +179,39 @@ class PassthroughConfig(BaseModel):
         return validate_entries(value)
 
 
+class ToolErrorConfig(BaseModel):
+    """One more form of a failed tool result (docs/tool-errors.md): a regular expression searched
+    in the head of a tool result's text, on the requests of the clients and protocols named
+    (every one where empty). It reads Messages results too, whose `is_error` flag otherwise
+    decides alone."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pattern: str = Field(
+        max_length=MAX_PATTERN_CHARS,
+        description=f"A Python regular expression, searched in a result's first {HEAD_CHARS} "
+        f"characters (at most {MAX_PATTERN_CHARS} characters long).",
+    )
+    clients: list[Client] = Field(
+        default_factory=list,
+        description=f"Clients it applies to, of {', '.join(Client)}; empty means all.",
+    )
+    apis: list[API] = Field(
+        default_factory=list,
+        description=f"Protocols it applies to, of {', '.join(API)}; empty means all.",
+    )
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        compile_pattern(value)
+        return value
+
+    def compiled(self) -> ToolErrorPattern:
+        """The pattern as the recognisers' table takes it."""
+        return tool_error_pattern(self.pattern, self.clients, self.apis)
+
+
 PUBLIC_ENDPOINTS = ("/healthz", "/readyz", "/metrics", "/openapi.json")
 """The proxy's own endpoints `public_endpoints` may open; every other route needs a key."""
 
@@ -230,8 +272,12 @@ class Settings(BaseSettings):
     exhaustion_policy: ExhaustionPolicy = ExhaustionPolicy.REJECT
     """What happens once a session's error budget is spent."""
     tool_error_prefix: str = Field(
-        default="Error", description="A role:tool message starting with this reports a tool error."
+        default="Error",
+        description="A tool result starting with this reports a tool error, whatever the client "
+        "(τ²-bench's form; empty turns it off).",
     )
+    tool_errors: list[ToolErrorConfig] = Field(default_factory=list)
+    """More forms of a failed tool result, each `{pattern, clients, apis}`, besides each client's own (docs/tool-errors.md)."""
 
     repair: RepairMode = RepairMode.REASK
     """reask: re-ask the model when a tool call fails validation; constrain: re-ask under the upstream's structured outputs (a named or required call, strict schemas), plainly where the upstream refuses them; off: pass failures through and count them."""

@@ -16,6 +16,7 @@ from proxy.config import Settings
 from proxy.errors import BadRequestError, BudgetExhaustedError
 from proxy.guard.channels import Channel
 from proxy.guard.repair import ConstraintSupport, RepairMode, StructuredOutputs
+from proxy.guard.tool_errors import ToolErrorTable, identify_client
 from proxy.guard.toolcheck import GuardLimits, ToolIndex, configure_cache
 from proxy.headers import MAX_ERRORS_HEADER, REPAIR_HEADER
 from proxy.logs import log_request
@@ -61,6 +62,9 @@ class Pipeline:
         self.constraints = ConstraintSupport()
         self._structured_outputs = {u.name: u.structured_outputs for u in settings.upstreams}
         self._model_labels = ModelLabels(m for u in settings.upstreams for m in u.models)
+        self.tool_errors = ToolErrorTable(
+            settings.tool_error_prefix, [p.compiled() for p in settings.tool_errors]
+        )
         # The budget of a request that overrides none (frozen, so every such turn shares it).
         self._budget = ErrorBudget(settings.max_errors, settings.exhaustion_policy)
 
@@ -95,7 +99,7 @@ class Pipeline:
             owner=exchange.key,
         )
         budget, repair = self._overrides(headers)
-        tool_errors = await self._claim_tool_errors(session, view)
+        tool_errors = await self._claim_tool_errors(session, view, headers, protocol.api)
         record = await self.store.record(
             session,
             max_errors=budget.max_errors,
@@ -171,14 +175,15 @@ class Pipeline:
             }
         )
 
-    async def _claim_tool_errors(self, session: str, view: TurnView) -> int:
-        prefix = self.settings.tool_error_prefix
+    async def _claim_tool_errors(
+        self, session: str, view: TurnView, headers: Mapping[str, str], api: str
+    ) -> int:
+        if not view.tool_results:
+            return 0
+        failed = self.tool_errors.judge(identify_client(headers), api)
         ids: dict[str, None] = {}  # in order, once each
         for result in view.tool_results:
-            if not result.call_id:
-                continue
-            failed = result.is_error
-            if failed if failed is not None else result.text.startswith(prefix):
+            if result.call_id and failed(result.text, result.is_error):
                 ids[result.call_id] = None
         if not ids:
             return 0

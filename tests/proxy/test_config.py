@@ -7,6 +7,7 @@ import pytest
 from proxy.config import load_settings
 from proxy.errors import ConfigError
 from proxy.guard.repair import StructuredOutputs
+from proxy.guard.tool_errors import Client, ToolErrorTable
 
 
 def test_flags_beat_environment_which_beats_the_file(
@@ -102,3 +103,33 @@ def test_broken_json_in_the_environment_is_a_config_error_naming_the_variable(
     monkeypatch.setenv("TOOLSENTRY_UPSTREAMS", '[{"name": "v"')
     with pytest.raises(ConfigError, match="TOOLSENTRY_UPSTREAMS is not valid JSON"):
         load_settings()
+
+
+def test_tool_error_patterns_come_from_the_file_and_a_bad_one_is_a_config_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "toolsentry.yaml"
+    path.write_text(
+        "tool_errors:\n  - pattern: '^FAILED'\n    clients: [codex]\n    apis: [responses]\n"
+    )
+    [rule] = load_settings(path).tool_errors
+    assert (rule.clients, rule.apis) == (["codex"], ["responses"])
+    assert rule.compiled().applies(Client.CODEX, "responses")
+    path.write_text("tool_errors:\n  - pattern: '(unclosed'\n")
+    with pytest.raises(ConfigError, match=r"tool_errors\.0\.pattern.*not a regular expression"):
+        load_settings(path)
+    path.write_text("tool_errors:\n  - pattern: x\n    clients: [cursor]\n")
+    with pytest.raises(ConfigError, match=r"tool_errors\.0\.clients"):
+        load_settings(path)
+
+
+def test_the_tool_errors_example_in_the_docs_loads_and_reads_its_forms(tmp_path: Path) -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "tool-errors.md").read_text(encoding="utf-8")
+    example = tmp_path / "toolsentry.yaml"
+    example.write_text(doc.split("```yaml\n")[1].split("```")[0])
+    settings = load_settings(example)
+    table = ToolErrorTable(settings.tool_error_prefix, [p.compiled() for p in settings.tool_errors])
+    assert table.judge(Client.OTHER, "chat")("Traceback (most recent call last):\n", None)
+    assert table.judge(Client.CODEX, "responses")("apply_patch verification failed: x", None)
+    assert not table.judge(Client.OTHER, "chat")("apply_patch verification failed: x", None)
+    assert table.judge(Client.CLAUDE_CODE, "messages")("cat: x: Permission denied", False)

@@ -112,3 +112,45 @@ async def test_tool_errors_that_spend_the_budget_count_the_session_under_every_p
     assert turn.record.errors == 3
     assert counted(pipeline, "toolsentry_budget_exhausted_total") == 1
     assert counted(pipeline, "toolsentry_budget_refusals_total") == 0  # observe refuses nothing
+
+
+def with_tool_results(*texts: str, first: int = 0) -> dict[str, object]:
+    """A request whose history holds one call of `get_order_details` and its result per text,
+    the calls numbered from `first`."""
+    body = make_request()
+    for n, text in enumerate(texts, first):
+        calls = [tool_call("get_order_details", {"order_id": "#W1"}, id=f"call_{n}")]
+        body["messages"] += [
+            {"role": "assistant", "content": None, "tool_calls": calls},
+            {"role": "tool", "tool_call_id": f"call_{n}", "content": text},
+        ]
+    return body
+
+
+CODEX_FAILED = "Chunk ID: 1\nWall time: 0.1 seconds\nProcess exited with code 2\nOutput:\nls: no"
+AGENTS_FAILED = "An error occurred while running the tool. Please try again."
+
+
+async def test_tool_errors_are_read_in_the_form_of_the_client_that_sent_them(
+    make_pipeline: Callable[..., Pipeline],
+) -> None:
+    pipeline = make_pipeline()
+    body = with_tool_results(CODEX_FAILED, "unsupported call: x", AGENTS_FAILED, "delivered")
+    codex = await begin(pipeline, "s-codex", body, originator="codex_exec")
+    other = await begin(pipeline, "s-other", body, **{"user-agent": "OpenAI/Python 3.63.0"})
+    # Codex's two forms; the Agents SDK's text, read on any client but Codex.
+    assert (codex.record.errors, other.record.errors) == (2, 1)
+    assert codex.record.channels == {"tool_error": 2}
+    prefixed = await begin(pipeline, "s-codex", with_tool_results("Error: no such order", first=9))
+    assert prefixed.record.errors == 3  # τ²-bench's prefix, read for every client
+
+
+async def test_a_configured_tool_error_pattern_is_read_where_it_applies(
+    make_pipeline: Callable[..., Pipeline],
+) -> None:
+    rule = {"pattern": r"^FAILED\b", "clients": ["agents_sdk"], "apis": ["chat"]}
+    pipeline = make_pipeline(tool_errors=[rule], tool_error_prefix="")
+    body = with_tool_results("FAILED: disk full", "Error: not counted without a prefix")
+    agents = await begin(pipeline, "s-agents", body, **{"user-agent": "Agents/Python 0.24.0"})
+    other = await begin(pipeline, "s-plain", body)
+    assert (agents.record.errors, other.record.errors) == (1, 0)

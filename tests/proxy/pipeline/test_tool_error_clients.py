@@ -1,0 +1,193 @@
+"""Real clients whose tools fail, through the proxy in front of a scripted upstream: the session's
+`tool_error` count equals the failures the client itself reported, once each, in the form each
+client sends (proxy/guard/tool_errors.py, docs/tool-errors.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.testing import LoopbackServer, ScriptedUpstream, answer, call
+from tests.clients import codex_bin
+from tests.proxy.conftest import RunningProxy, RunningUpstream
+
+ORDERS = {"#W1": "delivered"}
+
+
+@pytest.mark.parametrize("model_class", ["OpenAIChatCompletionsModel", "OpenAIResponsesModel"])
+def test_each_failed_tool_of_an_agents_sdk_run_is_one_tool_error(
+    proxy: RunningProxy, upstream: RunningUpstream, model_class: str
+) -> None:
+    agents = pytest.importorskip("agents", reason="pip install openai-agents (a dev dependency)")
+    from agents.tool import default_tool_error_function, default_tool_timeout_error_message
+    from openai import AsyncOpenAI
+
+    @agents.function_tool
+    def get_order_status(order_id: str) -> str:
+        """Look up the status of an order by its id."""
+        if order_id not in ORDERS:
+            raise LookupError(f"order {order_id} not found")
+        return f"order {order_id} is {ORDERS[order_id]}"
+
+    @agents.function_tool(timeout=0.05)
+    async def cancel_order(order_id: str) -> str:
+        """Cancel an order by its id."""
+        await asyncio.Event().wait()  # never answers: the SDK's own timeout ends the call
+        return f"order {order_id} is cancelled"
+
+    upstream.script.push(
+        answer(None, call("get_order_status", {"order_id": "#W1"})),  # runs
+        answer(None, call("get_order_status", {"order_id": "#W2"})),  # raises
+        answer(None, call("cancel_order", {"order_id": "#W1"})),  # times out
+        answer("I could not cancel it."),
+    )
+    session = f"agents-failures-{model_class}"
+
+    async def run() -> Any:
+        agents.set_tracing_disabled(True)
+        client = AsyncOpenAI(
+            base_url=proxy.base_url,
+            api_key="unused",
+            max_retries=0,
+            default_headers={"x-session-id": session},
+        )
+        model = getattr(agents, model_class)(model="scripted-model", openai_client=client)
+        agent = agents.Agent(
+            name="support", instructions="Use the tools.", tools=[get_order_status, cancel_order]
+        )
+        agent.model = model
+        try:
+            return await agents.Runner.run(agent, "Cancel #W1 if #W2 is lost.", max_turns=6)
+        finally:
+            await client.close()
+
+    result = asyncio.run(run())
+    assert result.final_output == "I could not cancel it."
+    outputs = [item.output for item in result.new_items if item.type == "tool_call_output_item"]
+    # What the SDK reported to the model for each call, in its own default words.
+    failed = default_tool_error_function(None, LookupError())  # type: ignore[arg-type]
+    timed_out = default_tool_timeout_error_message(tool_name="cancel_order", timeout_seconds=0.05)
+    assert outputs == ["order #W1 is delivered", failed, timed_out]
+    record = proxy.session(session)
+    assert record["channels"] == {"tool_error": 2}
+    assert record["errors"] == 2
+
+
+def test_each_failed_tool_of_a_langchain_loop_is_one_tool_error(
+    proxy: RunningProxy, upstream: RunningUpstream
+) -> None:
+    pytest.importorskip("langchain_openai", reason="pip install langchain-openai")
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+    from langchain_core.tools import ToolException, tool
+    from langchain_openai import ChatOpenAI
+
+    @tool
+    def get_order_status(order_id: str) -> str:
+        """Look up the status of an order by its id."""
+        if order_id == "#W2":
+            raise ToolException(f"Error: order {order_id} not found")  # τ²-bench's convention
+        if order_id == "#W3":
+            raise ToolException()  # LangChain's own words: "Tool execution error"
+        return f"order {order_id} is {ORDERS[order_id]}"
+
+    get_order_status.handle_tool_error = True
+    upstream.script.push(
+        answer(None, call("get_order_status", {"order_id": "#W1"})),
+        answer(None, call("get_order_status", {"order_id": "#W2"})),
+        answer(None, call("get_order_status", {"order_id": "#W3"})),
+        answer("Two of them are lost."),
+    )
+    llm = ChatOpenAI(
+        base_url=proxy.base_url,
+        api_key="unused",  # type: ignore[arg-type]
+        model="scripted-model",
+        max_retries=0,
+        default_headers={"x-session-id": "langchain-failures"},
+    ).bind_tools([get_order_status])
+    messages: list[BaseMessage] = [HumanMessage("Where are #W1, #W2 and #W3?")]
+    results: list[ToolMessage] = []
+    for _ in range(4):
+        reply = llm.invoke(messages)
+        assert isinstance(reply, AIMessage)
+        messages.append(reply)
+        for tool_call in reply.tool_calls:
+            result = get_order_status.invoke(tool_call)
+            assert isinstance(result, ToolMessage)
+            results.append(result)
+            messages.append(result)
+    assert messages[-1].content == "Two of them are lost."
+    # LangChain marks a failure with status="error" on its ToolMessage, which stays on the client.
+    reported = [r.content for r in results if r.status == "error"]
+    assert reported == ["Error: order #W2 not found", "Tool execution error"]
+    record = proxy.session("langchain-failures")
+    assert record["channels"] == {"tool_error": len(reported)}
+
+
+CODEX_EXIT = re.compile(r"^(?:Process exited with code|Exit code:) (-?\d+)$", re.MULTILINE)
+
+
+def codex_failing_upstream(body: dict[str, Any]) -> Any:
+    """The scripted model Codex talks to: it runs a command that fails, then answers in text."""
+    outputs = [
+        item for item in body.get("input") or [] if item.get("type") == "function_call_output"
+    ]
+    if outputs:
+        return answer("The directory does not exist.")
+    return answer(None, call("exec_command", {"cmd": "ls /nonexistent-toolsentry"}))
+
+
+def test_a_failed_codex_command_is_one_tool_error(
+    make_proxy: Callable[..., RunningProxy], tmp_path: Path
+) -> None:
+    codex = codex_bin()
+    script = ScriptedUpstream(handler=codex_failing_upstream)
+    with LoopbackServer(script.app) as server:
+        proxy = make_proxy(upstreams=[{"name": "scripted", "base_url": f"{server.url}/v1"}])
+        home = tmp_path / "codex-home"
+        home.mkdir()
+        (home / "config.toml").write_text(
+            'model = "scripted-model"\n'
+            'model_provider = "toolsentry"\n'
+            "[model_providers.toolsentry]\n"
+            'name = "toolsentry"\n'
+            f'base_url = "{proxy.base_url}"\n'
+            'wire_api = "responses"\n'
+            'env_key = "TS_KEY"\n'
+        )
+        work = tmp_path / "work"
+        work.mkdir()
+        done = subprocess.run(
+            [
+                str(codex),
+                "exec",
+                "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "--cd",
+                str(work),
+                "List /nonexistent-toolsentry.",
+            ],
+            env={**os.environ, "CODEX_HOME": str(home), "TS_KEY": "unused", "NO_COLOR": "1"},
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        last = script.requests[-1]["input"]
+        outputs = [i["output"] for i in last if i.get("type") == "function_call_output"]
+        texts = [o if isinstance(o, str) else json.dumps(o) for o in outputs]
+        # What Codex told the model: the command's exit code, in its own header.
+        exits = [int(m[1]) for t in texts if (m := CODEX_EXIT.search(t))]
+        assert len(exits) == 1
+        assert exits[0] != 0
+        session = proxy.session(script.request_headers[0]["session-id"])
+        assert session["channels"] == {"tool_error": 1}
+        assert session["errors"] == 1
