@@ -495,7 +495,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or _one_line(str(exc))
+        problem = getattr(exc, "problem", None) or one_line(str(exc))
         raise ConfigError(f"config file {path} is not valid YAML: {problem}{where}") from exc
     if data is None:
         return {}
@@ -521,7 +521,7 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         where = f" in {config_file}" if config_file else ""
         raise ConfigError(f"invalid settings{where}: {problems}") from exc
     except SettingsError as exc:
-        raise ConfigError(f"invalid settings: {_one_line(str(exc))}") from exc
+        raise ConfigError(f"invalid settings: {one_line(str(exc))}") from exc
     finally:
         Settings._yaml_file = None
 
@@ -534,10 +534,10 @@ def _problem(err: ErrorDetails) -> str:
     if known is not None:
         spelled = ", ".join(x for x in (known.flag, known.env) if x)
         name = f"{name} ({spelled})"
-    return f"{name}: {_one_line(err['msg'])}"
+    return f"{name}: {one_line(err['msg'])}"
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
@@ -590,18 +590,18 @@ class SettingInfo:
 
     @property
     def description(self) -> str:
-        return _one_line(self.field.description or "")
+        return one_line(self.field.description or "")
 
     @property
     def default(self) -> str:
         """The default as the reference and `--help` print it."""
-        return _shown(self.field.get_default(call_default_factory=True))
+        return shown(self.field.get_default(call_default_factory=True))
 
 
 ENV_PREFIX = "TOOLSENTRY_"
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     if value is None:
         return "none"
     if isinstance(value, bool):
@@ -609,7 +609,7 @@ def _shown(value: Any) -> str:
     if isinstance(value, enum.Enum):
         return str(value.value)
     if isinstance(value, list):
-        return ",".join(_shown(v) for v in value) if value else "none"
+        return ",".join(shown(v) for v in value) if value else "none"
     if isinstance(value, BaseModel):
         return "see below"
     return str(value)
@@ -627,7 +627,7 @@ def _scalar_metavar(annotation: Any) -> str | None:
     return names.get(annotation)
 
 
-def _without_none(annotation: Any) -> Any:
+def without_none(annotation: Any) -> Any:
     if get_origin(annotation) in (Union, UnionType):
         rest = [a for a in get_args(annotation) if a is not type(None)]
         if len(rest) == 1:
@@ -644,7 +644,7 @@ def settings_fields(
     out: list[SettingInfo] = []
     for name, field in model.model_fields.items():
         path = (*prefix, name)
-        annotation = _without_none(field.annotation)
+        annotation = without_none(field.annotation)
         metavar = _scalar_metavar(annotation)
         if metavar is not None:
             out.append(
@@ -665,65 +665,3 @@ def settings_fields(
 
 
 _SETTINGS_BY_PATH = {s.path: s for s in settings_fields()}
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|") or " "
-
-
-def reference() -> str:
-    """docs/configuration.md: every setting with its flag, variable, default and description."""
-    lines = [
-        "# Configuration reference",
-        "",
-        "<!-- Generated from proxy/config.py by `python -m proxy.config --reference`; do not edit. -->",
-        "",
-        "Every setting can be given as a command-line flag of `toolsentry serve`, a `TOOLSENTRY_*`",
-        "environment variable, or a key of the YAML file given with `--config`; precedence, highest",
-        "first: flags, environment, file, defaults. A list is a repeated flag, and in the environment",
-        'either JSON (`["a", "b"]`) or values separated by commas. Structured settings (marked',
-        "*file*) are YAML, or JSON in their environment variable, only. An invalid value stops the",
-        "proxy with one line naming the setting (exit status 2).",
-        "",
-        "| Setting | Flag | Environment | Default | Description |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    nested: list[tuple[str, type[BaseModel]]] = []
-    for s in settings_fields():
-        flag = f"`{s.flag} {s.metavar}`".replace(" `", "`") if s.flag else "*file*"
-        if s.kind == "switch":
-            flag = f"`{s.flag}`, `--no-{s.flag[2:]}`" if s.flag else flag
-        lines.append(
-            f"| `{s.key}` | {_cell(flag)} | `{s.env}` | `{_cell(s.default)}` | {_cell(s.description)} |"
-        )
-        items = get_args(_without_none(s.field.annotation)) if s.kind == "file" else ()
-        if len(items) == 1 and isinstance(items[0], type) and issubclass(items[0], BaseModel):
-            nested.append((s.key, items[0]))
-    for key, model in nested:
-        lines += [
-            "",
-            f"## Entries of `{key}`",
-            "",
-            _one_line(model.__doc__ or ""),
-            "",
-            "| Key | Default | Description |",
-            "| --- | --- | --- |",
-        ]
-        for name, field in model.model_fields.items():
-            default = (
-                "required"
-                if field.is_required()
-                else _shown(field.get_default(call_default_factory=True))
-            )
-            lines.append(
-                f"| `{name}` | `{_cell(default)}` | {_cell(_one_line(field.description or ''))} |"
-            )
-    return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:] != ["--reference"]:
-        sys.exit("usage: python -m proxy.config --reference")
-    sys.stdout.write(reference())

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import SettingInfo, UpstreamConfig, reference, settings_fields
+from proxy.config import SettingInfo, UpstreamConfig, settings_fields
+from proxy.config_reference import reference
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 SETTINGS = settings_fields()
@@ -14,7 +15,7 @@ SETTINGS = settings_fields()
 
 def test_the_configuration_reference_is_what_the_model_generates() -> None:
     assert REFERENCE.read_text(encoding="utf-8") == reference(), (
-        "docs/configuration.md is stale: python -m proxy.config --reference > docs/configuration.md"
+        "docs/configuration.md is stale: python -m proxy.config_reference > docs/configuration.md"
     )
 
 

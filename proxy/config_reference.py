@@ -1,0 +1,74 @@
+"""docs/configuration.md, generated from the settings model: every setting with its flag,
+environment variable, default and description, and the keys of each structured setting's
+entries. `python -m proxy.config_reference > docs/configuration.md` writes it; a test keeps the
+file equal to it."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+from pydantic import BaseModel
+
+from proxy.config import one_line, settings_fields, shown, without_none
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|") or " "
+
+
+def reference() -> str:
+    """docs/configuration.md: every setting with its flag, variable, default and description."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "<!-- Generated from proxy/config.py by `python -m proxy.config_reference`; do not edit. -->",
+        "",
+        "Every setting can be given as a command-line flag of `toolsentry serve`, a `TOOLSENTRY_*`",
+        "environment variable, or a key of the YAML file given with `--config`; precedence, highest",
+        "first: flags, environment, file, defaults. A list is a repeated flag, and in the environment",
+        'either JSON (`["a", "b"]`) or values separated by commas. Structured settings (marked',
+        "*file*) are YAML, or JSON in their environment variable, only. An invalid value stops the",
+        "proxy with one line naming the setting (exit status 2).",
+        "",
+        "| Setting | Flag | Environment | Default | Description |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    nested: list[tuple[str, type[BaseModel]]] = []
+    for s in settings_fields():
+        flag = f"`{s.flag} {s.metavar}`".replace(" `", "`") if s.flag else "*file*"
+        if s.kind == "switch":
+            flag = f"`{s.flag}`, `--no-{s.flag[2:]}`" if s.flag else flag
+        lines.append(
+            f"| `{s.key}` | {_cell(flag)} | `{s.env}` | `{_cell(s.default)}` | {_cell(s.description)} |"
+        )
+        items = get_args(without_none(s.field.annotation)) if s.kind == "file" else ()
+        if len(items) == 1 and isinstance(items[0], type) and issubclass(items[0], BaseModel):
+            nested.append((s.key, items[0]))
+    for key, model in nested:
+        lines += [
+            "",
+            f"## Entries of `{key}`",
+            "",
+            one_line(model.__doc__ or ""),
+            "",
+            "| Key | Default | Description |",
+            "| --- | --- | --- |",
+        ]
+        for name, field in model.model_fields.items():
+            default = (
+                "required"
+                if field.is_required()
+                else shown(field.get_default(call_default_factory=True))
+            )
+            lines.append(
+                f"| `{name}` | `{_cell(default)}` | {_cell(one_line(field.description or ''))} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:]:
+        sys.exit("usage: python -m proxy.config_reference")
+    sys.stdout.write(reference())
