@@ -55,6 +55,20 @@ class UpstreamConfig(BaseModel):
     connect_timeout: float = Field(default=10.0, gt=0)
     """Seconds to wait for a connection to be established."""
     max_connections: int = Field(default=256, ge=1, description="Pooled keep-alive connections.")
+    pool_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a request waits for a pooled connection while all max_connections "
+        "are busy; then it is answered 503 with retry-after (not charged to its session).",
+    )
+    total_timeout: float = Field(
+        default=1800.0,
+        gt=0,
+        description="Seconds one try may last from its request to its answer's end, plain or "
+        "streamed, however lively the upstream (`timeout` bounds only the silence between two "
+        "reads, which drips and keep-alive pings reset); past it the answer ends in the "
+        "protocol's error and one upstream_error.",
+    )
     keepalive_timeout: float = Field(
         default=4.0,
         gt=0,

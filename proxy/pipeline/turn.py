@@ -25,6 +25,7 @@ from proxy.errors import (
     BadRequestError,
     BudgetExhaustedError,
     UnrepairedToolCallError,
+    UpstreamBusyError,
     UpstreamError,
     UpstreamStatusError,
 )
@@ -432,11 +433,14 @@ class Turn:
     async def fail(self, exc: UpstreamError, *, ends_request: bool = True) -> None:
         """Count an upstream failure (after retries) in the session and the metrics.
 
-        A refusal (4xx) is the upstream answering, not failing: it is not charged. With
+        A refusal (4xx) is the upstream answering, not failing, and a pool with no connection
+        free is the proxy's own back-pressure (the client is told to retry): neither is charged. With
         `ends_request` the client's request fails with it: the report names `upstream_error`
         (for a failure) and the caller closes the turn with the error's status.
         """
         if isinstance(exc, UpstreamStatusError) and exc.status < 500:
+            return
+        if isinstance(exc, UpstreamBusyError):
             return
         await self._pipeline.store.record(
             self.session,
