@@ -9,12 +9,14 @@ deadline is a second or so, and nothing is asserted about how long anything took
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from proxy.app import create_app
@@ -22,6 +24,8 @@ from proxy.config import Settings
 from proxy.testing import LoopbackServer
 from tests.proxy.limits.hostile import Hostile
 from tests.proxy.limits.test_upstream_caps import (
+    BODIES,
+    PATHS,
     last_event,
     post,
     streamed,
@@ -136,3 +140,52 @@ def test_readyz_reports_an_exhausted_pool_and_recovers_when_a_connection_frees(
         script.release.set()
         holder.join(WAIT)
         assert eventually(lambda: httpx.get(f"{proxy.url}/readyz").status_code == 200)
+
+
+# -- a client that goes away ------------------------------------------------------------------
+
+
+def send_and_leave(url: str, api: str, script: Hostile, *, stream: bool) -> None:
+    """Send one request on a raw socket and close it, without reading the answer, once the
+    request reached the upstream."""
+    body = orjson.dumps({**BODIES[api], "stream": stream})
+    host, port = url.removeprefix("http://").split(":")
+    head = (
+        f"POST {PATHS[api]} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+        f"anthropic-version: 2023-06-01\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection((host, int(port))) as client:
+        client.sendall(head.encode() + body)
+        assert eventually(lambda: script.requests == 1)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+def test_a_client_that_leaves_cancels_its_upstream_request_and_frees_the_connection(
+    hostile: tuple[Hostile, str], api: str, stream: bool
+) -> None:
+    # The upstream holds its answer (a stream's head too): only the client's leaving can end it.
+    script, base_url = hostile
+    script.mode = "held"
+    with serve(base_url, max_connections=1, pool_timeout=WAIT) as proxy:
+        send_and_leave(proxy.url, api, script, stream=stream)
+        assert eventually(lambda: len(script.gone) == 1), "the upstream request went on"
+        script.mode = "fine"
+        assert post(proxy.url, "chat").status_code == 200  # the one connection is free
+
+
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+def test_a_client_that_leaves_a_stream_midway_cancels_its_upstream_stream(
+    hostile: tuple[Hostile, str], api: str
+) -> None:
+    script, base_url = hostile
+    script.mode = "pings"
+    with serve(base_url, max_connections=1, pool_timeout=WAIT) as proxy:
+        body = {**BODIES[api], "stream": True}
+        headers = {"anthropic-version": "2023-06-01"}
+        with httpx.stream("POST", proxy.url + PATHS[api], json=body, headers=headers) as reply:
+            assert reply.status_code == 200
+            next(reply.iter_bytes())  # the stream is under way; then the client leaves
+        assert eventually(lambda: len(script.gone) == 1), "the upstream stream went on"
+        script.mode = "fine"
+        assert post(proxy.url, "chat").status_code == 200
