@@ -25,7 +25,7 @@ from proxy.errors import BadRequestError, ToolsentryError, status_of
 from proxy.guard.channels import Channel
 from proxy.http.auth import Keys
 from proxy.http.body import read_body
-from proxy.http.disconnect import DisconnectWatch
+from proxy.http.disconnect import DisconnectWatch, DisconnectWatches
 from proxy.http.jsonbody import BodyParser
 from proxy.http.replies import JSONReply, SSEReply, request_headers
 from proxy.logs import get_logger
@@ -51,6 +51,7 @@ class TurnRoute:
             pipeline.limits, compile=protocol.compile_tools, resent=protocol.resent
         )
         self.keys = keys
+        self.watches = DisconnectWatches()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = request_headers(scope)
@@ -70,7 +71,7 @@ class TurnRoute:
             )
             traced = CURRENT_TRACE.set(trace)
         status = 200
-        watch = DisconnectWatch()
+        watch = self.watches.watch()
         try:
             query = scope.get("query_string", b"").decode("latin-1")
             exchange = Exchange(self.protocol.api, time.perf_counter(), query=query)
@@ -119,26 +120,21 @@ class TurnRoute:
         raw = await read_body(headers, receive, self.pipeline.settings.max_body_bytes)
         watch.start(receive)
         try:
-            return await self._turn(raw, headers, exchange, watch)
+            parsed = self.bodies.parse(raw)
+            _read_stream_flag(parsed.body)
+            exchange.model = parsed.body.get("model")
+            trace = CURRENT_TRACE.get()
+            if trace is not None and isinstance(exchange.model, str):
+                trace.name(exchange.model)  # before any upstream try, so each is named for it
+            turn = await self.pipeline.begin(
+                self.protocol, parsed.body, headers, exchange, index=parsed.index
+            )
+            if turn.view.stream:
+                return SSEReply(await open_stream(turn, raw=raw), watch)
+            result = await complete(turn, raw=raw)
         except BaseException:
             watch.stop()
             raise
-
-    async def _turn(
-        self, raw: bytes, headers: dict[str, str], exchange: Exchange, watch: DisconnectWatch
-    ) -> Response:
-        parsed = self.bodies.parse(raw)
-        _read_stream_flag(parsed.body)
-        exchange.model = parsed.body.get("model")
-        trace = CURRENT_TRACE.get()
-        if trace is not None and isinstance(exchange.model, str):
-            trace.name(exchange.model)  # before any upstream try, so each is named for it
-        turn = await self.pipeline.begin(
-            self.protocol, parsed.body, headers, exchange, index=parsed.index
-        )
-        if turn.view.stream:
-            return SSEReply(await open_stream(turn, raw=raw), watch)
-        result = await complete(turn, raw=raw)
         watch.stop()
         return JSONReply(result.content(), result.status, result.headers)
 
