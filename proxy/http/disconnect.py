@@ -11,10 +11,10 @@ upstream connection, so the upstream sees its request cancelled and the pool get
 Fast path: a request's watch starts only if it is still in flight at the next sweep of its
 route's `DisconnectWatches`, one timer every `WATCH_AFTER` seconds while requests come: a
 request answered sooner has no upstream request left to cancel, and a client that leaves is
-noticed at most two sweeps late. In `bench.hotpath` (a chat request through the ASGI app, about
-51 µs of the proxy's own CPU) a task per request cost 7-9 µs, a timer per request 7 µs, and the
-watch with the sweep 2-3 µs (under 1 µs on its own). `after=0` is the general path, the task started at once;
-`tests/proxy/http/test_disconnect.py` runs the same cases through both.
+noticed at most `WATCH_AFTER` late. In `bench.hotpath` (a chat request through the ASGI app,
+about 51 µs of the proxy's own CPU) a task per request cost 7-9 µs, a timer per request 7 µs,
+and the watch with the sweep 2-3 µs (under 1 µs on its own). `after=0` is the general path, the
+task started at once; `tests/proxy/http/test_disconnect.py` runs the same cases through both.
 """
 
 from __future__ import annotations
