@@ -41,17 +41,19 @@ async def test_a_pools_remembered_heads_are_the_bytes_encode_head_writes() -> No
 
 
 async def test_a_request_that_finds_every_connection_busy_waits_at_most_pool_timeout() -> None:
-    answer = asyncio.Event()
+    answer, ended = asyncio.Event(), asyncio.Event()
 
     async def held(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:  # one request after another on a keep-alive connection
-            try:
+        try:
+            while True:  # one request after another on a keep-alive connection
                 await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError:  # the pool closed the connection
-                return
-            await answer.wait()
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-            await writer.drain()
+                await answer.wait()
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+        except asyncio.IncompleteReadError:  # the pool closed the connection
+            writer.close()
+            await writer.wait_closed()
+            ended.set()
 
     server = await asyncio.start_server(held, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -79,3 +81,4 @@ async def test_a_request_that_finds_every_connection_busy_waits_at_most_pool_tim
         assert await second.read() == b"ok"
         pool.release(again, second)
         await pool.close()
+        await asyncio.wait_for(ended.wait(), 30)
