@@ -24,6 +24,7 @@ from rich.markup import escape
 from proxy import __version__, listening
 from proxy.config import SettingInfo, Settings, is_loopback, load_settings, settings_fields
 from proxy.errors import ConfigError
+from proxy.http.clients import ClientLimits
 from proxy.listening import listen, url_of, write_port_file
 from proxy.logs import configure_logging, get_logger
 
@@ -149,7 +150,15 @@ def _uvicorn_options(settings: Settings) -> dict[str, Any]:
         # (one ASGI layer less on every request).
         "proxy_headers": False,
         "loop": "uvloop",
-        "http": "httptools",
+        # uvicorn's httptools protocol with the time and number bounds it lacks; its own
+        # keep-alive timer is the idle timeout (`limit_concurrency` is not used: it refuses
+        # requests, not connections, so idle sockets would make real requests fail).
+        "http": ClientLimits(
+            header_timeout=settings.client_header_timeout,
+            body_timeout=settings.client_body_timeout,
+            max_connections=settings.max_client_connections,
+        ).protocol(),
+        "timeout_keep_alive": settings.client_idle_timeout,
         "timeout_graceful_shutdown": 10,
     }
 

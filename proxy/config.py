@@ -64,6 +64,20 @@ class UpstreamConfig(BaseModel):
     connect_timeout: float = Field(default=10.0, gt=0)
     """Seconds to wait for a connection to be established."""
     max_connections: int = Field(default=256, ge=1, description="Pooled keep-alive connections.")
+    pool_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a request waits for a pooled connection while all max_connections "
+        "are busy; then it is answered 503 with retry-after (not charged to its session).",
+    )
+    total_timeout: float = Field(
+        default=1800.0,
+        gt=0,
+        description="Seconds one try may last from its request to its answer's end, plain or "
+        "streamed, however lively the upstream (`timeout` bounds only the silence between two "
+        "reads, which drips and keep-alive pings reset); past it the answer ends in the "
+        "protocol's error and one upstream_error.",
+    )
     keepalive_timeout: float = Field(
         default=4.0,
         gt=0,
@@ -257,6 +271,32 @@ class Settings(BaseSettings):
     """Port to listen on; 0 takes a free one, named in the startup line and the --port-file."""
     workers: int = Field(default=1, ge=1)
     """Worker processes. More than one needs a shared store (sqlite or redis)."""
+    # What a client connection may hold, and for how long (DESIGN §9; proxy.http.clients).
+    client_idle_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds a client connection may stay open with no request under way: from "
+        "its start, and after each answer (uvicorn's keep-alive timeout).",
+    )
+    client_header_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a request's line and headers may take once its first byte is in; "
+        "then it is answered 408 and its connection closed.",
+    )
+    client_body_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds a request's whole body may take once its headers are in; then it is "
+        "answered 408 and its connection closed.",
+    )
+    max_client_connections: int = Field(
+        default=512,
+        ge=1,
+        description="Open client connections per worker; past it, one with no request under way "
+        "is closed to make room, else the new one is answered 503. Keep it below the open-file "
+        "limit (ulimit -n) less the upstreams' max_connections.",
+    )
 
     store: str = Field(
         default="memory", description="memory | sqlite:///path | redis://host:port/db"

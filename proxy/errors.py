@@ -13,6 +13,7 @@
     └── UpstreamError                 502 upstream_error
         ├── UpstreamTimeoutError      504 upstream_timeout
         ├── UpstreamConnectError      502 upstream_connect_error
+        ├── UpstreamBusyError         503 upstream_busy (every pooled connection busy; retry-after)
         ├── UpstreamStatusError       the upstream's own status, its error body passed through
         └── UpstreamProtocolError     502 upstream_protocol_error (a 200 that is not what it should be)
 
@@ -115,6 +116,18 @@ class UpstreamTimeoutError(UpstreamError):
 
 class UpstreamConnectError(UpstreamError):
     error_type = "upstream_connect_error"
+
+
+class UpstreamBusyError(UpstreamError):
+    """Every connection the proxy may open to the upstream stayed busy for `pool_timeout`: the
+    proxy's own back-pressure, answered 503 with `retry-after`, never charged to a session."""
+
+    status_code = 503
+    error_type = "upstream_busy"
+
+    def __init__(self, message: str, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.headers.setdefault("retry-after", "1")  # a connection frees as any answer ends
 
 
 class UpstreamProtocolError(UpstreamError):

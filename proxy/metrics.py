@@ -94,7 +94,7 @@ class Family:
 # and labels: a change here is a change of the proxy's interface (DESIGN §9).
 REQUESTS = Family(
     "toolsentry_requests",
-    "Requests to the turn routes by final status (499: a streaming client went away).",
+    "Requests to the turn routes by final status (499: the client went away first).",
     ("model", "status", "api"),
 )
 TOOL_CALLS = Family(

@@ -96,6 +96,11 @@ class Upstream(Protocol):
 
     name: str
 
+    @property
+    def exhausted(self) -> bool:
+        """Whether a request would wait for a connection now (`/readyz` reports it)."""
+        ...
+
     async def request(
         self, method: str, path: str, *, body: bytes | None, headers: Mapping[str, str]
     ) -> UpstreamResponse: ...
@@ -269,8 +274,15 @@ class HttpUpstream:
                 max_response_bytes=self.config.max_response_bytes,
                 max_stream_bytes=self.config.max_stream_bytes,
                 max_stream_seconds=self.config.max_stream_seconds,
+                total_timeout=self.config.total_timeout,
+                pool_timeout=self.config.pool_timeout,
             )
         return pool
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether every connection the upstream may have is busy: a request would wait."""
+        return self._pool is not None and not self._pool.closed and self._pool.exhausted
 
     # -- the three modes
 

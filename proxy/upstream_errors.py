@@ -6,11 +6,13 @@ under them raise:
 
     OSError (refused, reset, unreachable, TLS), TimeoutError (connect or read timeout)
     ├── ClosedEarly      the connection closed before the response's first byte
+    PoolExhausted        every pooled connection stayed busy past the pool's timeout
     ResponseError
     ├── BrokenOff        the connection ended, or failed, in the middle of the response
     ├── InvalidResponse  bytes that are not an HTTP/1.1 response (or an encoding not asked for)
     ├── TooLarge         a body over its cap in bytes
-    └── TooLong          a stream past its cap in seconds
+    ├── TooLong          a stream past its cap in seconds
+    └── Overdue          a try past its overall deadline, plain or streamed
 
 `translate` turns each of them into its `Upstream*` error at the client's one boundary
 (`proxy.upstream`'s `_Try`); what it does not name is raised as it is.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import socket
 
 from proxy.errors import (
+    UpstreamBusyError,
     UpstreamConnectError,
     UpstreamError,
     UpstreamProtocolError,
@@ -30,6 +33,10 @@ from proxy.errors import (
 
 class ClosedEarly(ConnectionError):
     """The server closed the connection before the first byte of its response."""
+
+
+class PoolExhausted(Exception):
+    """Every connection the pool may open stayed busy for as long as a request may wait for one."""
 
 
 class ResponseError(Exception):
@@ -52,7 +59,19 @@ class TooLong(ResponseError):
     """The streamed body went on past its cap in seconds."""
 
 
-ERRORS: tuple[type[Exception], ...] = (ClosedEarly, BrokenOff, InvalidResponse, TooLarge, TooLong)
+class Overdue(ResponseError):
+    """The try went on past its overall deadline (`total_timeout`), however lively the server."""
+
+
+ERRORS: tuple[type[Exception], ...] = (
+    ClosedEarly,
+    PoolExhausted,
+    BrokenOff,
+    InvalidResponse,
+    TooLarge,
+    TooLong,
+    Overdue,
+)
 """Every exception class of this module's own that `Pool.send` (`proxy.upstream_pool`) and a
 response raise; they raise OSError and TimeoutError besides."""
 
@@ -68,6 +87,8 @@ _TRANSLATIONS: tuple[
     (InvalidResponse, UpstreamProtocolError, "sent an invalid response"),
     (TooLarge, UpstreamProtocolError, "sent a response over the proxy's limit"),
     (TooLong, UpstreamTimeoutError, "streamed past the proxy's limit"),
+    (Overdue, UpstreamTimeoutError, "answered past the proxy's total_timeout"),
+    (PoolExhausted, UpstreamBusyError, "has no connection free"),
     (ClosedEarly, UpstreamConnectError, "closed the connection before answering"),
     ((ConnectionError, socket.gaierror), UpstreamConnectError, "is unreachable"),
     (OSError, UpstreamConnectError, "failed"),

@@ -42,7 +42,15 @@ from typing import Final, Protocol, cast
 
 import httptools
 
-from proxy.upstream_errors import BrokenOff, ClosedEarly, InvalidResponse, TooLarge, TooLong
+from proxy.upstream_errors import (
+    BrokenOff,
+    ClosedEarly,
+    InvalidResponse,
+    Overdue,
+    ResponseError,
+    TooLarge,
+    TooLong,
+)
 
 # A stream's reader this far behind stops the socket being read until it catches up.
 _HIGH_WATER = 1 << 20
@@ -115,6 +123,7 @@ class Response:
         "got_bytes",
         "head_only",
         "limit",
+        "overdue",
         "raw_headers",
         "status",
         "taken",
@@ -136,9 +145,11 @@ class Response:
         self._decoder: zlib._Decompress | None = None
         self._ends_at_close = False
         # The caps (`Pool.send` sets them): body bytes (decoded), and for an error status the
-        # lower `error_limit`; the loop time a stream must have ended by. `taken`: bytes so far.
+        # lower `error_limit`; the loop time the try must have ended by, and what it fails with
+        # past it. `taken`: bytes so far.
         self.limit = self.error_limit = UNCAPPED
         self.deadline = math.inf
+        self.overdue: type[ResponseError] = Overdue
         self.taken = 0
 
     def _fail(self, error: BaseException) -> None:
@@ -507,9 +518,13 @@ class Connection(asyncio.Protocol):
         return False
 
     def _past_deadline(self, response: Response) -> bool:
-        """The sweep found `response` past its deadline (`max_stream_seconds`): failed, the
-        connection closed, unwatched."""
-        response._fail(TooLong("a streamed body past its limit in seconds"))
+        """The sweep found `response` past its deadline (`total_timeout`, or a stream's
+        `max_stream_seconds`): failed, the connection closed, unwatched."""
+        what = response.overdue
+        if what is TooLong:
+            response._fail(TooLong("a streamed body past its limit in seconds"))
+        else:
+            response._fail(what("an answer past its try's total_timeout"))
         self.reusable = False
         self.close()
         return False

@@ -17,9 +17,12 @@
   a request's instructions. A stream whose reader is behind is not silent (see the connection's
   back-pressure).
 - Each response's body is capped in bytes (`max_response_bytes` for one read whole and for any
-  error body, `max_stream_bytes` for a stream) and a stream in duration too (`max_stream_seconds`,
-  checked by the silence sweep). Past a cap the response fails (`TooLarge`, `TooLong`) and its
+  error body, `max_stream_bytes` for a stream) and every try in duration (`total_timeout` from
+  its request, and a stream's `max_stream_seconds`: the one that ends first; checked by the
+  silence sweep). Past a cap the response fails (`TooLarge`, `Overdue`, `TooLong`) and its
   connection is closed.
+- A request that finds all `limit` connections busy waits for one at most `pool_timeout`
+  seconds, then fails (`PoolExhausted`); `exhausted` says whether a request would wait now.
 
 The connections are opened by the pool's `Origin` (`proxy.upstream_origin`); what the pool and
 its responses raise is drawn in `proxy.upstream_errors`.
@@ -32,6 +35,7 @@ import math
 from collections import deque
 from collections.abc import Mapping
 
+from proxy.upstream_errors import PoolExhausted, TooLong
 from proxy.upstream_http1 import (
     UNCAPPED,
     AwaitedResponse,
@@ -61,8 +65,12 @@ class Pool:
         max_response_bytes: int = UNCAPPED,
         max_stream_bytes: int = UNCAPPED,
         max_stream_seconds: float = math.inf,
+        total_timeout: float = math.inf,
+        pool_timeout: float = math.inf,
     ) -> None:
         self.origin = origin
+        self.total_timeout = total_timeout
+        self.pool_timeout = pool_timeout
         self.max_response_bytes = max_response_bytes
         self.max_stream_bytes = max_stream_bytes
         self.max_stream_seconds = max_stream_seconds
@@ -86,6 +94,11 @@ class Pool:
     def idle(self) -> int:
         """Connections in the pool waiting for a request."""
         return len(self._idle)
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether a request would wait for a connection now: all `limit` are open, none idle."""
+        return self._open >= self.limit and not self._idle
 
     async def send(
         self,
@@ -112,12 +125,17 @@ class Pool:
         return connection, response
 
     def _cap(self, response: Response, streamed: bool) -> None:
-        """Set `response`'s caps: a stream's bytes and deadline, or a whole body's bytes; an
+        """Set `response`'s caps: the try's deadline (`total_timeout`, or a stream's
+        `max_stream_seconds` when that ends first) and a stream's or a whole body's bytes; an
         error body is read whole, so it has the lower of the two."""
         response.error_limit = self.max_response_bytes
+        now = self.loop.time()
+        response.deadline = now + self.total_timeout
         if streamed:
             response.limit = self.max_stream_bytes
-            response.deadline = self.loop.time() + self.max_stream_seconds
+            if self.max_stream_seconds < self.total_timeout:
+                response.deadline = now + self.max_stream_seconds
+                response.overdue = TooLong
         else:
             response.limit = self.max_response_bytes
 
@@ -211,16 +229,15 @@ class Pool:
     async def _new_connection(self) -> Connection:
         if self.closed:
             raise RuntimeError("the upstream's connection pool is closed")
-        while self._open >= self.limit:
-            waiter = self.loop.create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-            if self._idle:
-                return await self._connection()
+        if self._open >= self.limit:
+            # Waiting for a connection to come free has a deadline of its own: four clients
+            # that left against an upstream dripping its answers held every later request, and
+            # /readyz, for as long as the drips went on.
+            deadline = self.loop.time() + self.pool_timeout
+            while self._open >= self.limit:
+                await self._wait_for_slot(deadline)
+                if self._idle:
+                    return await self._connection()
         # The slot is this attempt's until a connection is made; the connection then holds it
         # until it is lost (also when the connect timeout cancels the attempt after that).
         self._open += 1
@@ -239,6 +256,23 @@ class Pool:
                 self._wake_one()
             raise
         return connection
+
+    async def _wait_for_slot(self, deadline: float) -> None:
+        """Wait until a connection is given back or lost. Raises PoolExhausted at `deadline`."""
+        waiter = self.loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout_at(deadline):
+                await waiter
+        except TimeoutError:
+            if waiter.done() and not waiter.cancelled():
+                self._wake_one()  # woken as its time ran out: the wake goes to the next one
+            raise PoolExhausted(
+                f"all {self.limit} connections stayed busy for {self.pool_timeout:g} s"
+            ) from None
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
 
     def lost(self, connection: Connection) -> None:
         """`connection` closed: its slot is free."""

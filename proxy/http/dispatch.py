@@ -8,6 +8,7 @@ began (400, 401, 404, 413) is counted and logged here, once.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any, Final
@@ -24,6 +25,7 @@ from proxy.errors import BadRequestError, ToolsentryError, status_of
 from proxy.guard.channels import Channel
 from proxy.http.auth import Keys
 from proxy.http.body import read_body
+from proxy.http.disconnect import DisconnectWatch, DisconnectWatches
 from proxy.http.jsonbody import BodyParser
 from proxy.http.replies import JSONReply, SSEReply, request_headers
 from proxy.logs import get_logger
@@ -36,6 +38,7 @@ from proxy.tracing import CURRENT as CURRENT_TRACE
 from proxy.tracing import RequestTrace
 
 UPSTREAM_ERROR = Channel.UPSTREAM_ERROR.value
+_CLIENT_GONE = 499  # nginx's status for a request whose client closed its connection first
 _INTERNAL = "internal error in toolsentry; see the proxy's log"
 
 
@@ -49,6 +52,7 @@ class TurnRoute:
             pipeline.limits, compile=protocol.compile_tools, resent=protocol.resent
         )
         self.keys = keys
+        self.watches = DisconnectWatches()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = request_headers(scope)
@@ -68,13 +72,25 @@ class TurnRoute:
             )
             traced = CURRENT_TRACE.set(trace)
         status = 200
+        watch = self.watches.watch()
         try:
             query = scope.get("query_string", b"").decode("latin-1")
             exchange = Exchange(self.protocol.api, time.perf_counter(), query=query)
             try:
-                response = await self._answer(headers, receive, exchange)
+                response = await self._answer(headers, receive, exchange, watch)
             except ClientDisconnect:
                 return  # gone before its request was read: nobody to answer
+            except asyncio.CancelledError:
+                if not watch.gone:
+                    raise
+                # Gone while its answer was awaited: the upstream request is cancelled (its
+                # connection closed), the turn closed as a client's leaving, nothing answered.
+                task = asyncio.current_task()
+                assert task is not None
+                task.uncancel()
+                status = _CLIENT_GONE
+                await self._failed(exchange, _CLIENT_GONE, "client_disconnected")
+                return
             except ToolsentryError as exc:
                 await self._failed(exchange, status_of(exc), exc.error_type)
                 body = self.protocol.error(exc)
@@ -97,22 +113,30 @@ class TurnRoute:
                 _finish_trace(trace, exchange, status)
 
     async def _answer(
-        self, headers: dict[str, str], receive: Receive, exchange: Exchange
+        self, headers: dict[str, str], receive: Receive, exchange: Exchange, watch: DisconnectWatch
     ) -> Response:
+        """The request's answer. From its body's end until the answer is made, a client that
+        leaves cancels this (`watch`); a stream's reply goes on watching until it ends."""
         exchange.key = self.keys.require_client(headers)
         raw = await read_body(headers, receive, self.pipeline.settings.max_body_bytes)
-        parsed = self.bodies.parse(raw)
-        read_flags(parsed.body)
-        exchange.model = parsed.body.get("model")
-        trace = CURRENT_TRACE.get()
-        if trace is not None and isinstance(exchange.model, str):
-            trace.name(exchange.model)  # before any upstream try, so each is named for it
-        turn = await self.pipeline.begin(
-            self.protocol, parsed.body, headers, exchange, index=parsed.index
-        )
-        if turn.view.stream:
-            return SSEReply(await open_stream(turn, raw=raw))
-        result = await complete(turn, raw=raw)
+        watch.start(receive)
+        try:
+            parsed = self.bodies.parse(raw)
+            read_flags(parsed.body)
+            exchange.model = parsed.body.get("model")
+            trace = CURRENT_TRACE.get()
+            if trace is not None and isinstance(exchange.model, str):
+                trace.name(exchange.model)  # before any upstream try, so each is named for it
+            turn = await self.pipeline.begin(
+                self.protocol, parsed.body, headers, exchange, index=parsed.index
+            )
+            if turn.view.stream:
+                return SSEReply(await open_stream(turn, raw=raw), watch)
+            result = await complete(turn, raw=raw)
+        except BaseException:
+            watch.stop()
+            raise
+        watch.stop()
         return JSONReply(result.content(), result.status, result.headers)
 
     async def _failed(self, exchange: Exchange, status: int, error: str) -> None:

@@ -10,6 +10,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from proxy.errors import ToolsentryError, status_of
+from proxy.http.disconnect import DisconnectWatch
 from proxy.pipeline.stream import TurnStream
 
 JSON = "application/json"
@@ -51,12 +52,13 @@ class SSEReply(Response):
     What Starlette's StreamingResponse sends, without its task group: under ASGI spec 2.3 (what
     uvicorn speaks) that spawned a disconnect listener through anyio's task group and cancel
     scope on every stream, about 100 µs before the first byte (half the proxy's own time to
-    first token). Here one plain task waits for `http.disconnect` and cancels the sender.
+    first token). Here the request's one `DisconnectWatch`, started before the stream was
+    opened, goes on watching and cancels the sender when the client goes.
     """
 
     media_type = "text/event-stream"
 
-    def __init__(self, stream: TurnStream) -> None:
+    def __init__(self, stream: TurnStream, watch: DisconnectWatch) -> None:
         self.status_code = stream.status
         self.background = None
         headers = {**stream.headers, "cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -64,26 +66,15 @@ class SSEReply(Response):
         raw.append((b"content-type", b"text/event-stream; charset=utf-8"))
         self.raw_headers = raw
         self._stream = stream
+        self._watch = watch
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await self._send(receive, send)
+            await self._send(send)
         finally:
             await self._stream.aclose()
 
-    async def _send(self, receive: Receive, send: Send) -> None:
-        sender = asyncio.current_task()
-        assert sender is not None
-        gone = False
-
-        async def watch() -> None:
-            nonlocal gone
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            gone = True
-            sender.cancel()
-
-        watcher = asyncio.get_running_loop().create_task(watch())
+    async def _send(self, send: Send) -> None:
         try:
             await send(
                 {
@@ -96,12 +87,13 @@ class SSEReply(Response):
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
-            if not gone:
+            if not self._watch.gone:
                 raise
+            sender = asyncio.current_task()
+            assert sender is not None
             sender.uncancel()  # the client went away: the response is over, not cancelled
         finally:
-            if not watcher.done():
-                watcher.cancel()
+            self._watch.stop()
 
 
 def request_headers(scope: Scope) -> dict[str, str]:

@@ -10,7 +10,13 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from proxy.config import Settings
-from proxy.errors import BadRequestError, NotFoundError, ToolsentryError, error_body
+from proxy.errors import (
+    BadRequestError,
+    NotFoundError,
+    ToolsentryError,
+    UpstreamBusyError,
+    error_body,
+)
 from proxy.http.auth import Keys
 from proxy.http.replies import JSONReply
 from proxy.metrics import CONTENT_TYPE, Metrics, UnknownToolStats
@@ -73,6 +79,11 @@ def _add_service_routes(
     @app.get("/readyz")
     async def readyz(request: Request) -> Response:
         keys.require_public("/readyz", request.headers)
+        busy = [u.name for u in router.upstreams if u.exhausted]
+        if len(busy) == len(router.upstreams):  # asked now, never cached: it changes fast
+            message = f"every pooled connection is busy (upstream {', '.join(busy)})"
+            body = orjson.dumps(error_body(message, UpstreamBusyError.error_type))
+            return JSONReply(body, 503, {"retry-after": "1"})
         now = time.monotonic()
         if not ready or now - ready[0][0] >= _READY_CACHE_SECONDS:
             ready[:] = [(now, *await _probe(router))]
@@ -94,8 +105,11 @@ _READY_CACHE_SECONDS = 1.0
 
 
 async def _probe(router: Router) -> tuple[bytes, int]:
-    """/readyz's answer: ready when an upstream lists its models without a 5xx."""
+    """/readyz's answer: ready when an upstream with a connection free lists its models
+    without a 5xx."""
     for upstream in router.upstreams:
+        if upstream.exhausted:
+            continue
         try:
             response = await upstream.request("GET", "models", body=None, headers={})
         except ToolsentryError:

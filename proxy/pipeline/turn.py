@@ -21,7 +21,12 @@ from typing import Any, Protocol
 import orjson
 
 from proxy.config import Settings
-from proxy.errors import UnrepairedToolCallError, UpstreamError, UpstreamStatusError
+from proxy.errors import (
+    UnrepairedToolCallError,
+    UpstreamBusyError,
+    UpstreamError,
+    UpstreamStatusError,
+)
 from proxy.guard.channels import Channel, Violation
 from proxy.guard.repair import (
     ConstraintSupport,
@@ -254,11 +259,14 @@ class Turn:
     async def fail(self, exc: UpstreamError, *, ends_request: bool = True) -> None:
         """Count an upstream failure (after retries) in the session and the metrics.
 
-        A refusal (4xx) is the upstream answering, not failing: it is not charged. With
+        A refusal (4xx) is the upstream answering, not failing, and a pool with no connection
+        free is the proxy's own back-pressure (the client is told to retry): neither is charged. With
         `ends_request` the client's request fails with it: the report names `upstream_error`
         (for a failure) and the caller closes the turn with the error's status.
         """
         if isinstance(exc, UpstreamStatusError) and exc.status < 500:
+            return
+        if isinstance(exc, UpstreamBusyError):
             return
         await self._pipeline.store.record(
             self.session,

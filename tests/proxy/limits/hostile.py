@@ -1,11 +1,13 @@
 """An upstream on loopback that answers each request as the test scripts it: bodies over a cap,
-compression bombs, error bodies over a cap, streams that never end."""
+compression bombs, error bodies over a cap, streams that never end, bodies that drip, answers
+held until released; it notes each request whose client (the proxy) went away before its end."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import gzip
+import threading
 import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -107,14 +109,30 @@ def text_piece(api: str, text: str) -> bytes:
     return chat_chunk(text)
 
 
+async def noting_the_end(
+    pieces: AsyncIterator[bytes], gone: list[str], path: str
+) -> AsyncIterator[bytes]:
+    """`pieces`, noting `path` in `gone` when the reader goes away before their end."""
+    try:
+        async for piece in pieces:
+            yield piece
+    except BaseException:
+        gone.append(path)
+        raise
+
+
 @dataclass
 class Hostile:
-    """What the next requests get: `mode` names the attack; `requests` counts them."""
+    """What the next requests get: `mode` names the attack; `requests` counts them. `held`
+    requests wait until `release` is set; `gone` names each request whose client went away
+    first (its connection closed)."""
 
     mode: str = "big"
     size: int = 4 * MB
     requests: int = 0
     seen: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
 
     @property
     def app(self) -> Starlette:
@@ -126,6 +144,21 @@ class Hostile:
         self.seen.append(path)
         api = "responses" if "responses" in path else "messages" if "messages" in path else "chat"
         json = {"content-type": "application/json"}
+        if path.endswith("/models"):  # what /readyz asks: always answered
+            return Response(b'{"object": "list", "data": []}', headers=json)
+        if self.mode == "held":  # no answer until released, or until the client goes
+            while not self.release.is_set():
+                if await request.is_disconnected():
+                    self.gone.append(path)
+                    return Response(status_code=499)
+                await asyncio.sleep(0.02)
+            return Response(orjson.dumps(_completion("released")), headers=json)
+        if self.mode == "fine":
+            return Response(orjson.dumps(_completion("fine")), headers=json)
+        if self.mode == "drip":  # a 200 whose body comes a byte at a time, never all of it
+            pieces = endless([b'{"pad": "'], b"x", 0.05)
+            body = noting_the_end(pieces, self.gone, path)
+            return StreamingResponse(body, headers={**json, "content-length": str(MB)})
         if self.mode == "big":  # a 200 whose body never fits
             return Response(b'{"pad": "' + b"x" * self.size + b'"}', headers=json)
         if self.mode == "big_error":
@@ -147,7 +180,8 @@ class Hostile:
             piece = text_piece(api, "y" * 4096)
             return StreamingResponse(endless(opening(api), piece, 0), headers=sse)
         if self.mode == "pings":  # a comment now and then, forever: only a deadline ends it
-            return StreamingResponse(endless(opening(api), b": ping\n\n", 0.05), headers=sse)
+            pings = endless(opening(api), b": ping\n\n", 0.05)
+            return StreamingResponse(noting_the_end(pings, self.gone, path), headers=sse)
         raise AssertionError(self.mode)
 
 

@@ -1,0 +1,188 @@
+"""What a client connection may hold, and for how long, against a real `toolsentry serve`: an idle
+connection, one that sends its head a byte at a time and one that sends its body a byte at a
+time are each closed by their timeout (`client_idle_timeout`, `client_header_timeout`,
+`client_body_timeout`), and connections past `max_client_connections` make room by closing idle
+ones, while real requests are answered all along.
+
+Raw sockets on loopback; every timeout is a second, and nothing is asserted about how long
+anything took: a connection is closed, a request answered.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from proxy.testing import LoopbackServer
+from tests.processes import port_options, reported_port, stop_process, tail
+from tests.proxy.limits.hostile import Hostile
+
+REPO = Path(__file__).resolve().parents[3]
+WAIT = 20.0  # the most a test waits for what it expects; it never measures it
+REQUEST = {"model": "hostile", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@contextmanager
+def served(tmp_path: Path, **settings: Any) -> Iterator[tuple[Hostile, int]]:
+    """A real `toolsentry serve` with `settings`, in front of a hostile upstream; its port."""
+    script = Hostile(mode="fine")
+    with LoopbackServer(script.app) as upstream:
+        config = tmp_path / "toolsentry.yaml"
+        upstreams = [{"name": "hostile", "base_url": f"{upstream.url}/v1"}]
+        config.write_text(yaml.safe_dump({"upstreams": upstreams, "retries": 0, **settings}))
+        log, port_file = tmp_path / "serve.log", tmp_path / "serve.port"
+        command = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config)]
+        with log.open("ab") as out:
+            process = subprocess.Popen(
+                [*command, *port_options(port_file)], cwd=REPO, stdout=out, stderr=out
+            )
+        try:
+            yield script, reported_port(process, port_file, tail(log))
+        finally:
+            script.release.set()
+            stop_process(process, timeout=10)
+
+
+@pytest.fixture
+def proxy(tmp_path: Path) -> Iterator[int]:
+    timeouts = {"client_idle_timeout": 1, "client_header_timeout": 1, "client_body_timeout": 1}
+    with served(tmp_path, **timeouts) as (_, port):
+        yield port
+
+
+def answered(port: int) -> bool:
+    """Whether a real request, on a connection of its own, is answered 200."""
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    return httpx.post(url, json=REQUEST, timeout=WAIT).status_code == 200
+
+
+def connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=WAIT)
+
+
+def what_comes_back(client: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (raises TimeoutError when it
+    keeps it open for WAIT seconds)."""
+    received = b""
+    while chunk := client.recv(65536):
+        received += chunk
+    return received
+
+
+def dripping(client: socket.socket, byte: bytes) -> threading.Thread:
+    """A thread that sends `byte` every 50 ms until the connection is closed."""
+
+    def drip() -> None:
+        try:
+            while True:
+                client.sendall(byte)
+                time.sleep(0.05)
+        except OSError:
+            return
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_connection_that_never_sends_a_byte_is_closed_while_requests_are_answered(
+    proxy: int,
+) -> None:
+    with connect(proxy) as idle:
+        assert answered(proxy)
+        assert what_comes_back(idle) == b""
+
+
+def test_a_request_head_sent_a_byte_at_a_time_is_answered_408_and_closed(proxy: int) -> None:
+    with connect(proxy) as slow:
+        slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: proxy\r\nx-slow: ")
+        dripping(slow, b"a")
+        assert answered(proxy)
+        back = what_comes_back(slow)
+    assert back.startswith(b"HTTP/1.1 408"), back[:200]
+    assert b"headers did not arrive" in back
+
+
+def test_a_request_body_sent_a_byte_at_a_time_is_answered_408_and_closed(proxy: int) -> None:
+    with connect(proxy) as slow:
+        head = (
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: proxy\r\n"
+            b"content-type: application/json\r\ncontent-length: 100000\r\n\r\n"
+        )
+        slow.sendall(head + b'{"model": "hostile", "pad": "')
+        dripping(slow, b"x")
+        assert answered(proxy)
+        back = what_comes_back(slow)
+    assert back.startswith(b"HTTP/1.1 408"), back[:200]
+    assert b"body did not arrive" in back
+
+
+def closed(client: socket.socket) -> bool:
+    """Whether the server closed `client`'s connection (it sends nothing unasked)."""
+    client.setblocking(False)
+    try:
+        return client.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def eventually(check: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return check()
+
+
+def test_connections_past_the_limit_close_idle_ones_and_requests_are_still_answered(
+    tmp_path: Path,
+) -> None:
+    limit, opened = 8, 20
+    with served(tmp_path, max_client_connections=limit, client_idle_timeout=600) as (_, port):
+        idle = [connect(port) for _ in range(opened)]
+        try:
+            assert answered(port)
+            # Each connection past the limit closed one that had no request under way.
+            assert eventually(lambda: sum(map(closed, idle)) >= opened - limit)
+            assert answered(port)
+        finally:
+            for client in idle:
+                client.close()
+
+
+def test_a_connection_past_the_limit_when_every_one_is_busy_is_answered_503(
+    tmp_path: Path,
+) -> None:
+    with served(tmp_path, max_client_connections=2) as (script, port):
+        script.mode = "held"
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        busy = [
+            threading.Thread(target=httpx.post, args=(url,), kwargs={"json": REQUEST}, daemon=True)
+            for _ in range(2)
+        ]
+        for thread in busy:
+            thread.start()
+        assert eventually(lambda: script.requests == 2)
+        with connect(port) as late:
+            back = what_comes_back(late)
+        assert back.startswith(b"HTTP/1.1 503"), back[:200]
+        assert b"retry-after: 1" in back
+        script.release.set()
+        for thread in busy:
+            thread.join(WAIT)
+        script.mode = "fine"
+        assert answered(port)
