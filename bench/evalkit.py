@@ -54,7 +54,8 @@ from evalkit.scoring import is_success
 from evalkit.sim.profiles import load_profile
 from evalkit.sim.server import create_sim_app
 from proxy.app import create_app
-from proxy.config import Settings, UpstreamConfig
+from proxy.config import Settings
+from proxy.config_upstream import UpstreamConfig
 from proxy.logs import configure_logging
 from proxy.testing import LoopbackServer
 

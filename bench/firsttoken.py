@@ -29,7 +29,8 @@ from bench.bodies import request_body
 from bench.drivers import AsgiDriver
 from bench.fake_upstream import FIRST_TOKEN, message_events, response_events, stream_events
 from proxy.app import create_app
-from proxy.config import Settings, UpstreamConfig
+from proxy.config import Settings
+from proxy.config_upstream import UpstreamConfig
 from proxy.upstream_response import UpstreamResponse, UpstreamStream
 
 ROUTES = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}

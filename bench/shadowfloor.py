@@ -52,7 +52,8 @@ from bench.machine import cpu_seconds, load_average
 from bench.processes import free_port, wait_port
 from bench.tables import markdown_table, spread
 from proxy.app import create_app
-from proxy.config import Settings, UpstreamConfig
+from proxy.config import Settings
+from proxy.config_upstream import UpstreamConfig
 from proxy.errors import UpstreamError
 from proxy.protocols.chat import ChatProtocol
 from proxy.shadow import judge_for

@@ -72,7 +72,8 @@ def _serve(app: Any, port: int) -> None:
 def _serve_proxy(port: int, upstream_port: int) -> None:
     """The proxy under uvicorn, as `toolsentry serve` runs it, in front of the paced upstream."""
     from proxy.app import create_app
-    from proxy.config import Settings, UpstreamConfig
+    from proxy.config import Settings
+    from proxy.config_upstream import UpstreamConfig
     from proxy.logs import configure_logging
 
     configure_logging("warning")

@@ -32,7 +32,7 @@ from bench.bodies import request_body
 from bench.machine import load_average, machine
 from bench.processes import free_port, wait_port
 from bench.tables import markdown_table, spread
-from proxy.config import UpstreamConfig
+from proxy.config_upstream import UpstreamConfig
 from proxy.upstream import HttpUpstream
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,8 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from proxy import __version__
-from proxy.config import Settings, UpstreamConfig
+from proxy.config import Settings
+from proxy.config_upstream import UpstreamConfig
 from proxy.errors import BadRequestError, ConfigError, ToolsentryError, error_body
 from proxy.http.auth import Keys
 from proxy.http.dispatch import Delegate, TurnRoute

@@ -28,8 +28,9 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from proxy.config_upstream import UpstreamConfig
 from proxy.errors import ConfigError
-from proxy.guard.repair import OnUnrepaired, RepairMode, StructuredOutputs
+from proxy.guard.repair import OnUnrepaired, RepairMode
 from proxy.guard.tool_errors import (
     HEAD_CHARS,
     MAX_PATTERN_CHARS,
@@ -42,87 +43,6 @@ from proxy.protocols.base import API
 from proxy.session.budget import DEFAULT_SESSION_HEADERS, ExhaustionPolicy
 
 LogLevel = Literal["debug", "info", "warning", "error"]
-
-
-class UpstreamConfig(BaseModel):
-    """One OpenAI-compatible server the proxy forwards to."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    name: str = Field(description="A short name used in logs and error messages.")
-    base_url: str = Field(
-        description="The server's OpenAI base URL, e.g. http://127.0.0.1:8001/v1."
-    )
-    api_key_env: str | None = Field(
-        default=None, description="Environment variable holding the upstream's API key."
-    )
-    models: list[str] = Field(
-        default_factory=list,
-        description="Models this upstream serves; empty means any model not claimed by another.",
-    )
-    timeout: float = Field(default=600.0, gt=0, description="Seconds to wait for a response.")
-    connect_timeout: float = Field(default=10.0, gt=0)
-    """Seconds to wait for a connection to be established."""
-    max_connections: int = Field(default=256, ge=1, description="Pooled keep-alive connections.")
-    pool_timeout: float = Field(
-        default=10.0,
-        gt=0,
-        description="Seconds a request waits for a pooled connection while all max_connections "
-        "are busy; then it is answered 503 with retry-after (not charged to its session).",
-    )
-    total_timeout: float = Field(
-        default=1800.0,
-        gt=0,
-        description="Seconds one try may last from its request to its answer's end, plain or "
-        "streamed, however lively the upstream (`timeout` bounds only the silence between two "
-        "reads, which drips and keep-alive pings reset); past it the answer ends in the "
-        "protocol's error and one upstream_error.",
-    )
-    keepalive_timeout: float = Field(
-        default=4.0,
-        gt=0,
-        description="Seconds an idle pooled connection is kept: below the server's own keep-alive "
-        "(5 s for vLLM and uvicorn), so a connection is never reused just as the server closes it.",
-    )
-    # Limits on what one answer may cost (DESIGN §9): past one, the answer ends in the protocol's
-    # error and one `upstream_error`.
-    max_response_bytes: int = Field(
-        default=64 * 1024 * 1024,
-        ge=1024,
-        description="Bytes of one answer read whole (a plain answer, any error body), counted "
-        "decoded: a compressed body stops at this size as it is decoded.",
-    )
-    max_stream_bytes: int = Field(
-        default=256 * 1024 * 1024,
-        ge=1024,
-        description="Bytes of one streamed answer, counted decoded.",
-    )
-    max_stream_seconds: float = Field(
-        default=1800.0,
-        gt=0,
-        description="Seconds one streamed answer may last from its request, however lively.",
-    )
-    structured_outputs: StructuredOutputs = Field(
-        default=StructuredOutputs.AUTO,
-        description="Whether `repair: constrain` and `enforce_strict` may ask this upstream for "
-        "constrained calls (named/required tool_choice, strict tools): on, off, or auto (until "
-        "it refuses the fields once).",
-    )
-
-    @field_validator("structured_outputs", mode="before")
-    @classmethod
-    def _yaml_on_off(cls, value: Any) -> Any:
-        # YAML 1.1 reads bare `on` and `off` as booleans; they must still mean on and off.
-        if isinstance(value, bool):
-            return "on" if value else "off"
-        return value
-
-    @field_validator("base_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {value!r}")
-        return value.rstrip("/")
 
 
 class ShadowConfig(BaseModel):

@@ -60,7 +60,8 @@ from typing import Any, Final, Protocol
 import orjson
 import structlog
 
-from proxy.config import Settings, ShadowConfig, UpstreamConfig
+from proxy.config import Settings, ShadowConfig
+from proxy.config_upstream import UpstreamConfig
 from proxy.errors import (
     ConfigError,
     SessionStoreError,

@@ -42,7 +42,7 @@ from tenacity import (
 from yarl import URL
 
 from proxy import __version__
-from proxy.config import UpstreamConfig
+from proxy.config_upstream import UpstreamConfig
 from proxy.errors import UpstreamConnectError, UpstreamError, UpstreamTimeoutError
 from proxy.headers import HEADER_PREFIX
 from proxy.tracing import CURRENT as CURRENT_TRACE

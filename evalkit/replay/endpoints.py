@@ -45,7 +45,8 @@ def proxy_in_front(upstream: str, *, max_errors: int, name: str = "upstream") ->
     Yields the proxy's OpenAI base URL; the proxy stops on exit.
     """
     from proxy.app import create_app
-    from proxy.config import Settings, UpstreamConfig
+    from proxy.config import Settings
+    from proxy.config_upstream import UpstreamConfig
     from proxy.testing import LoopbackServer
 
     settings = Settings(

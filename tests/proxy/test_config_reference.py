@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import SettingInfo, UpstreamConfig, settings_fields
+from proxy.config import SettingInfo, settings_fields
 from proxy.config_reference import reference
+from proxy.config_upstream import UpstreamConfig
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 SETTINGS = settings_fields()

@@ -25,7 +25,8 @@ from typer.testing import CliRunner
 
 from proxy.app import create_app
 from proxy.cli import app as cli_app
-from proxy.config import Settings, ShadowConfig, UpstreamConfig, load_settings
+from proxy.config import Settings, ShadowConfig, load_settings
+from proxy.config_upstream import UpstreamConfig
 from proxy.errors import ConfigError
 from proxy.guard.toolcheck import validate
 from proxy.metrics import Metrics

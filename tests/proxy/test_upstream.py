@@ -9,7 +9,7 @@ import aiohttp
 import aiohttp.web
 import pytest
 
-from proxy.config import UpstreamConfig
+from proxy.config_upstream import UpstreamConfig
 from proxy.errors import (
     UpstreamConnectError,
     UpstreamProtocolError,

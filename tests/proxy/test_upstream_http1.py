@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from proxy import upstream_http1
-from proxy.config import UpstreamConfig
+from proxy.config_upstream import UpstreamConfig
 from proxy.errors import (
     UpstreamConnectError,
     UpstreamError,

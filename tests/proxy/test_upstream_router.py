@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.config import UpstreamConfig
+from proxy.config_upstream import UpstreamConfig
 from proxy.errors import NotFoundError
 from proxy.upstream import HttpUpstream, Upstream
 from proxy.upstream_router import Router

@@ -31,7 +31,8 @@ from evalkit.cli import app
 from evalkit.domains import get_domain
 from evalkit.sim import builtin_profiles, create_sim_app
 from proxy.app import create_app
-from proxy.config import Settings, UpstreamConfig
+from proxy.config import Settings
+from proxy.config_upstream import UpstreamConfig
 from proxy.guard.toolcheck import validate
 from proxy.testing import LoopbackServer
 from tests.processes import OutputLines
