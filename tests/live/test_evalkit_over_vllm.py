@@ -9,6 +9,7 @@ the proxy's session records agreeing with what the results file says it reported
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,8 @@ from tests.live.conftest import ROOT
 
 pytestmark = pytest.mark.vllm
 
-TAU2_RESULTS = ROOT.parent / "shared" / "tau2" / "results"
+# τ²-bench's files: $TAU2_DATA_DIR, else ../shared/tau2 next to the repository (as the evalkit suite).
+TAU2_RESULTS = Path(os.environ.get("TAU2_DATA_DIR") or ROOT.parent / "shared" / "tau2") / "results"
 
 
 def evalkit(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -44,7 +46,10 @@ def evalkit(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
 def tau2_file(domain: str) -> Path:
     path = TAU2_RESULTS / f"gpt-4.1_{domain}_1trial.json"
     if not path.is_file():
-        pytest.skip(f"τ²-bench's recorded {domain} run is missing at {path} (see shared/tau2)")
+        pytest.skip(
+            f"τ²-bench's recorded {domain} run is missing at {path}: put τ²-bench's files at "
+            "../shared/tau2 next to the repository or point TAU2_DATA_DIR at them"
+        )
     return path
 
 
