@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 from tests.require import require
@@ -46,6 +47,41 @@ def codex_bin() -> Path:
     if shutil.which("node") is None:
         require("node", f"Node.js is not on PATH, and the Codex CLI runs on it: {INSTALL_HINT}")
     return _client_bin("codex", "codex", "@openai/codex")
+
+
+def run_codex_exec(base_url: str, tmp_path: Path, prompt: str) -> subprocess.CompletedProcess[str]:
+    """`codex exec PROMPT` with a private CODEX_HOME whose one provider is the Responses API at
+    `base_url` (model `scripted-model`), in an empty working directory under `tmp_path`, with no
+    approval or sandbox prompts; its exit, output and error text."""
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        'model = "scripted-model"\n'
+        'model_provider = "toolsentry"\n'
+        "[model_providers.toolsentry]\n"
+        'name = "toolsentry"\n'
+        f'base_url = "{base_url}"\n'
+        'wire_api = "responses"\n'
+        'env_key = "TS_KEY"\n'
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    return subprocess.run(
+        [
+            str(codex_bin()),
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--cd",
+            str(work),
+            prompt,
+        ],
+        env={**os.environ, "CODEX_HOME": str(home), "TS_KEY": "unused", "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 def claude_bin() -> Path:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +13,7 @@ from typing import Any
 import pytest
 
 from proxy.testing import LoopbackServer, ScriptedUpstream, answer, call
-from tests.clients import codex_bin
+from tests.clients import run_codex_exec
 from tests.proxy.conftest import RunningProxy, RunningUpstream
 
 
@@ -116,39 +114,10 @@ def codex_upstream(body: dict[str, Any]) -> Any:
 def test_codex_cli_runs_the_repaired_command_through_the_proxy(
     make_proxy: Callable[..., RunningProxy], tmp_path: Path
 ) -> None:
-    codex = codex_bin()
     script = ScriptedUpstream(handler=codex_upstream)
     with LoopbackServer(script.app) as server:
         proxy = make_proxy(upstreams=[{"name": "scripted", "base_url": f"{server.url}/v1"}])
-        home = tmp_path / "codex-home"
-        home.mkdir()
-        (home / "config.toml").write_text(
-            'model = "scripted-model"\n'
-            'model_provider = "toolsentry"\n'
-            "[model_providers.toolsentry]\n"
-            'name = "toolsentry"\n'
-            f'base_url = "{proxy.base_url}"\n'
-            'wire_api = "responses"\n'
-            'env_key = "TS_KEY"\n'
-        )
-        work = tmp_path / "work"
-        work.mkdir()
-        done = subprocess.run(
-            [
-                str(codex),
-                "exec",
-                "--skip-git-repo-check",
-                "--dangerously-bypass-approvals-and-sandbox",
-                "--cd",
-                str(work),
-                "Print the marker with a shell command.",
-            ],
-            env={**os.environ, "CODEX_HOME": str(home), "TS_KEY": "unused", "NO_COLOR": "1"},
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
+        done = run_codex_exec(proxy.base_url, tmp_path, "Print the marker with a shell command.")
         assert done.returncode == 0, done.stderr[-2000:]
         turns = [
             r
