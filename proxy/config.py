@@ -193,10 +193,13 @@ class Settings(BaseSettings):
     """Worker processes. More than one needs a shared store (sqlite or redis)."""
     # What a client connection may hold, and for how long (DESIGN §9; proxy.http.clients).
     client_idle_timeout: float = Field(
-        default=5.0,
+        default=75.0,
         gt=0,
         description="Seconds a client connection may stay open with no request under way: from "
-        "its start, and after each answer (uvicorn's keep-alive timeout).",
+        "its start, and after each answer (uvicorn's keep-alive timeout). Keep it longer than "
+        "the clients' own keep-alive (httpx and the openai/anthropic SDKs 5 s, aiohttp 15 s): a "
+        "client reusing a connection the proxy is closing gets a connection error. Idle "
+        "connections are closed first past max_client_connections.",
     )
     client_header_timeout: float = Field(
         default=10.0,

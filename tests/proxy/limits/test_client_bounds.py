@@ -186,3 +186,23 @@ def test_a_connection_past_the_limit_when_every_one_is_busy_is_answered_503(
             thread.join(WAIT)
         script.mode = "fine"
         assert answered(port)
+
+
+def test_a_keep_alive_connection_outlasts_the_sdk_clients_own_keep_alive(tmp_path: Path) -> None:
+    """Under the default idle timeout, a connection reused after the openai and anthropic SDKs'
+    keep-alive expiry (httpx's, 5 s) is still open: at equal timeouts the client reuses the
+    connection while the proxy closes it, and the request fails with a connection error."""
+    import anthropic._constants
+    import openai._constants
+
+    expiry = max(
+        openai._constants.DEFAULT_CONNECTION_LIMITS.keepalive_expiry or 0,
+        anthropic._constants.DEFAULT_CONNECTION_LIMITS.keepalive_expiry or 0,
+    )
+    request = b"GET /healthz HTTP/1.1\r\nhost: proxy\r\n\r\n"
+    with served(tmp_path) as (_, port), connect(port) as client:
+        client.sendall(request)
+        assert client.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep(expiry + 0.5)
+        client.sendall(request)
+        assert client.recv(65536).startswith(b"HTTP/1.1 200")
