@@ -57,12 +57,25 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
+def shown_help(description: str, env: str | None = None, default: str = "none") -> str:
+    """An option's help as `serve --help` shows it: what it does, then its variable and default
+    (typer's own `[default: …]` would print a default of None as `(none)`)."""
+    shown = f"env var: {env}; default: {default}" if env else f"default: {default}"
+    return f"{description}  [{shown}]"
+
+
+def described(help_text: str) -> str:
+    """What an option does, without the variable and default `shown_help` adds."""
+    return help_text.rpartition("  [")[0] or help_text
+
+
 _SERVE_EPILOG = (
     "Every setting is also a TOOLSENTRY_* environment variable (listed with each flag) and a key "
     "of the --config file; flags beat the environment, which beats the file. A list is a repeated "
-    "flag, or JSON or comma-separated values in the environment. Structured settings are in the "
-    "--config file or JSON in their variable only: {file_only}. Every setting is described in "
-    "docs/configuration.md."
+    "flag, or JSON or comma-separated values in the environment. Structured settings have no flag "
+    "(their entries have several keys each): they are in the --config file, or JSON in their "
+    "variable (plain keys or URLs may be comma-separated): {file_only}. Every setting is "
+    "described in docs/configuration.md."
 )
 
 
@@ -73,10 +86,14 @@ def serve(
             "--upstream",
             "-u",
             metavar="URL",
-            help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8001/v1. "
-            "Repeat for several; it serves every model (use --config to route by model).",
+            help=shown_help(
+                "Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8001/v1. Repeat "
+                "for several; it serves every model (use --config to route by model). In the "
+                "variable, several are separated by spaces.",
+                "TOOLSENTRY_UPSTREAM",
+            ),
             envvar="TOOLSENTRY_UPSTREAM",
-            show_envvar=True,
+            show_envvar=False,
         ),
     ] = None,
     config: Annotated[
@@ -85,25 +102,35 @@ def serve(
             "--config",
             "-c",
             metavar="FILE",
-            help="YAML file with any setting (upstreams with names, models, keys, timeouts).",
+            help=shown_help(
+                "YAML file with any setting (upstreams with names, models, keys, timeouts).",
+                "TOOLSENTRY_CONFIG",
+            ),
             envvar="TOOLSENTRY_CONFIG",
-            show_envvar=True,
+            show_envvar=False,
         ),
     ] = None,
     port_file: Annotated[
         Path | None,
         typer.Option(
-            help="Write the port listened on to this file (one line) once the socket listens, "
-            "for whoever started the proxy with --port 0.",
+            metavar="PATH",
+            help=shown_help(
+                "Write the port listened on to this file (one line) once the socket listens, "
+                "for whoever started the proxy with --port 0.",
+                "TOOLSENTRY_PORT_FILE",
+            ),
             envvar="TOOLSENTRY_PORT_FILE",
-            show_envvar=True,
+            show_envvar=False,
         ),
     ] = None,
     print_settings: Annotated[
         bool,
         typer.Option(
             "--print-settings",
-            help="Print the resolved settings (secrets masked) as JSON and exit without listening.",
+            help=shown_help(
+                "Print the resolved settings (secrets masked) as JSON and exit without listening.",
+                default="false",
+            ),
         ),
     ] = False,
     **flags: Any,
@@ -215,9 +242,12 @@ def _setting_option(setting: SettingInfo) -> inspect.Parameter:
     """The `serve` parameter of one setting: a flag read as text (bool for a switch), for the
     settings model to validate; the model's own variable and default in its help."""
     assert setting.flag is not None
-    help_text = f"{setting.description}  [env var: {setting.env}; default: {setting.default}]"
+    description = setting.description
     if setting.metavar == "SECRET":
-        help_text = f"Prefer the variable: a flag's value shows in the process list. {help_text}"
+        description = (
+            f"Prefer the variable: a flag's value shows in the process list. {description}"
+        )
+    help_text = shown_help(description, setting.env, setting.default)
     annotation: Any = str | None
     names = [setting.flag]
     if setting.kind == "switch":

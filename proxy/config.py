@@ -484,7 +484,9 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         where = f" in {config_file}" if config_file else ""
         raise ConfigError(f"invalid settings{where}: {problems}") from exc
     except SettingsError as exc:
-        raise ConfigError(f"invalid settings: {one_line(str(exc))}") from exc
+        # pydantic-settings names the field; what went wrong is its cause.
+        cause = f": {one_line(str(exc.__cause__))}" if exc.__cause__ else ""
+        raise ConfigError(f"invalid settings: {one_line(str(exc))}{cause}") from exc
     finally:
         Settings._yaml_file = None
 
@@ -497,6 +499,9 @@ def _problem(err: ErrorDetails) -> str:
     if known is not None:
         spelled = ", ".join(x for x in (known.flag, known.env) if x)
         name = f"{name} ({spelled})"
+    elif path[:1] and path[0] in Settings.model_fields:
+        # A whole section (`shadow`), given as JSON in its own variable.
+        name = f"{name} ({ENV_PREFIX}{path[0].upper()})"
     return f"{name}: {one_line(err['msg'])}"
 
 
@@ -507,7 +512,8 @@ def one_line(text: str) -> str:
 class _EnvSource(EnvSettingsSource):
     """`TOOLSENTRY_*` variables, where a list may also be written plainly: one value, or values
     separated by commas (`TOOLSENTRY_API_KEYS=sk-a,sk-b`, `TOOLSENTRY_UPSTREAMS=http://h/v1`).
-    A value that starts like JSON is JSON, and one that is not valid JSON is a ConfigError."""
+    A value that starts like JSON is JSON, and one that is not valid JSON is a ConfigError
+    naming its variable (`TOOLSENTRY_SHADOW_MODELS` for a section's setting)."""
 
     def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
         text = value.strip() if isinstance(value, str) else value
@@ -515,9 +521,29 @@ class _EnvSource(EnvSettingsSource):
             try:
                 return super().decode_complex_value(field_name, field, value)
             except ValueError as exc:
-                variable = f"{self.env_prefix}{field_name}".upper()
-                raise ConfigError(f"{variable} is not valid JSON: {exc}") from exc
+                raise _NotJSON(field_name, exc) from exc
         return [item.strip() for item in text.split(",") if item.strip()]
+
+    def prepare_field_value(
+        self, field_name: str, field: FieldInfo, value: Any, value_is_complex: bool
+    ) -> Any:
+        # A section's variable (TOOLSENTRY_SHADOW_MODELS) is decoded under its own key only
+        # (`models`): the setting's name is known here.
+        try:
+            return super().prepare_field_value(field_name, field, value, value_is_complex)
+        except _NotJSON as exc:
+            path = (field_name,) if exc.key == field_name else (field_name, exc.key)
+            variable = f"{self.env_prefix}{'_'.join(path)}".upper()
+            raise ConfigError(f"{variable} is not valid JSON: {exc.reason}") from exc
+
+
+class _NotJSON(ValueError):
+    """A variable's value that starts like JSON and is not; `key` is its field's own name."""
+
+    def __init__(self, key: str, reason: ValueError) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.key = key
+        self.reason = reason
 
 
 # -- The settings as the command line and the reference see them ------------------------------

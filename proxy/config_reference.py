@@ -1,6 +1,6 @@
 """docs/configuration.md, generated from the settings model: every setting with its flag,
-environment variable, default and description, and the keys of each structured setting's
-entries. `python -m proxy.config_reference > docs/configuration.md` writes it; a test keeps the
+environment variable, default and description, the command's own options, and the keys of each
+structured setting's entries. `python -m proxy.config_reference > docs/configuration.md` writes it; a test keeps the
 file equal to it."""
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ def reference() -> str:
         "environment variable, or a key of the YAML file given with `--config`; precedence, highest",
         "first: flags, environment, file, defaults. A list is a repeated flag, and in the environment",
         'either JSON (`["a", "b"]`) or values separated by commas. Structured settings (marked',
-        "*file*) are YAML, or JSON in their environment variable, only. An invalid value stops the",
-        "proxy with one line naming the setting (exit status 2).",
+        "*file*: their entries have several keys each, which a flag cannot spell) are YAML, or",
+        "JSON in their environment variable, only; a list of plain client keys or base URLs may",
+        "also be written comma-separated there. An invalid value stops the proxy with one line",
+        "naming the setting (exit status 2).",
         "",
         "| Setting | Flag | Environment | Default | Description |",
         "| --- | --- | --- | --- | --- |",
@@ -44,6 +46,7 @@ def reference() -> str:
         items = get_args(without_none(s.field.annotation)) if s.kind == "file" else ()
         if len(items) == 1 and isinstance(items[0], type) and issubclass(items[0], BaseModel):
             nested.append((s.key, items[0]))
+    lines += _command_options()
     for key, model in nested:
         lines += [
             "",
@@ -64,6 +67,41 @@ def reference() -> str:
                 f"| `{name}` | `{_cell(default)}` | {_cell(one_line(field.description or ''))} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _command_options() -> list[str]:
+    """The options of `toolsentry serve` that are not settings, as `--help` lists them."""
+    import typer.main
+    from typer.core import TyperGroup, TyperOption
+
+    from proxy.cli import app, described
+
+    group = typer.main.get_command(app)
+    assert isinstance(group, TyperGroup)
+    settings = {"__".join(s.path) for s in settings_fields()}
+    lines = [
+        "",
+        "## Options of `toolsentry serve` alone",
+        "",
+        "Not settings of the model: they say where the settings come from and what the command "
+        "does with them.",
+        "",
+        "| Flag | Environment | Default | Description |",
+        "| --- | --- | --- | --- |",
+    ]
+    for param in group.commands["serve"].params:
+        if not isinstance(param, TyperOption) or param.name in settings or param.name == "help":
+            continue
+        long, *short = sorted(param.opts, key=len, reverse=True)
+        flag = ", ".join(
+            [f"`{long} {param.metavar or ''}`".replace(" `", "`"), *(f"`{s}`" for s in short)]
+        )
+        env = f"`{param.envvar}`" if isinstance(param.envvar, str) else " "
+        lines.append(
+            f"| {_cell(flag)} | {env} | `{shown(param.default)}` | "
+            f"{_cell(described(param.help or ''))} |"
+        )
+    return lines
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import annotated_types
 import pytest
+import typer.main
 from typer.testing import CliRunner
 
 from proxy.cli import app
@@ -49,6 +51,11 @@ def test_serve_help_lists_every_setting_with_its_variable_and_default() -> None:
     for setting in settings_fields():
         if setting.flag is None:
             assert f"{setting.key} ({setting.env})" in epilog
+    # The command's own options too: each shows its default, and its variable where it has one.
+    serve = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
+    for param in serve.params:
+        if param.name != "help":
+            assert re.search(r"\[(env var: TOOLSENTRY_[A-Z_]+; )?default: [^]]+\]$", param.help)
     # Nothing of a help text was swallowed as markup: no word followed by a lone " .".
     assert " ." not in epilog
     assert "Address to listen on." in epilog
@@ -123,8 +130,31 @@ def test_the_flag_of_every_setting_reaches_the_settings(setting: SettingInfo) ->
         ({"TOOLSENTRY_ENFORCE_STRICT": "maybe"}, ["-u", UPSTREAM], "TOOLSENTRY_ENFORCE_STRICT"),
         ({}, ["-u", UPSTREAM, "--max-reasks", "99"], "--max-reasks"),
         ({}, ["-u", UPSTREAM, "--repair", "sometimes"], "--repair"),
+        # A section's own variable, broken as JSON: named as itself, not by its last part.
+        ({"TOOLSENTRY_SHADOW_MODELS": '["m"'}, ["-u", UPSTREAM], "TOOLSENTRY_SHADOW_MODELS"),
+        ({"TOOLSENTRY_SHADOW": "{sample: 1}"}, ["-u", UPSTREAM], "TOOLSENTRY_SHADOW "),
+        ({"TOOLSENTRY_PASSTHROUGH": "all"}, ["-u", UPSTREAM], "TOOLSENTRY_PASSTHROUGH"),
+        ({"TOOLSENTRY_UPSTREAMS": '[{"name": "x"}]'}, [], "upstreams.0.base_url"),
+        (
+            {"TOOLSENTRY_TOOL_ERRORS": '[{"pattern": "("}]'},
+            ["-u", UPSTREAM],
+            "TOOLSENTRY_TOOL_ERRORS",
+        ),
     ],
-    ids=["port", "api-keys-json", "upstream-scheme", "shadow-sample", "bool", "flag", "choice"],
+    ids=[
+        "port",
+        "api-keys-json",
+        "upstream-scheme",
+        "shadow-sample",
+        "bool",
+        "flag",
+        "choice",
+        "section-setting-json",
+        "section-json",
+        "section-not-a-mapping",
+        "upstream-entry",
+        "tool-error-pattern",
+    ],
 )
 def test_a_configuration_error_is_one_line_naming_the_setting_and_exits_2(
     env: dict[str, str], args: list[str], named: str
@@ -136,6 +166,29 @@ def test_a_configuration_error_is_one_line_naming_the_setting_and_exits_2(
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ")
     assert named in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("max_erors: 3\n", "max_erors: Extra inputs are not permitted"),
+        ("shadow:\n  sample: 5\n", "shadow.sample (--shadow-sample, TOOLSENTRY_SHADOW_SAMPLE)"),
+        ("- max_errors\n", "must be a mapping of settings, not list"),
+        ("upstreams: [{name: a, base_url: 'ftp://h/v1'}]\n", "upstreams.0.base_url"),
+    ],
+    ids=["unknown-key", "section-value", "not-a-mapping", "upstream-entry"],
+)
+def test_a_wrong_setting_in_the_config_file_is_one_line_naming_it_and_the_file(
+    tmp_path: Path, text: str, named: str
+) -> None:
+    config = tmp_path / "wrong.yaml"
+    config.write_text(text)
+    result = toolsentry("serve", "--config", str(config))
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: ")
+    assert str(config) in line
+    assert named in line
 
 
 def test_a_broken_config_file_is_one_line_naming_the_file(tmp_path: Path) -> None:
