@@ -500,8 +500,11 @@ def _problem(err: ErrorDetails) -> str:
         spelled = ", ".join(x for x in (known.flag, known.env) if x)
         name = f"{name} ({spelled})"
     elif path[:1] and path[0] in Settings.model_fields:
-        # A whole section (`shadow`), given as JSON in its own variable.
-        name = f"{name} ({ENV_PREFIX}{path[0].upper()})"
+        # A whole section (`shadow`, its variable's JSON), or a key it does not have
+        # (`shadow.nope`, from TOOLSENTRY_SHADOW_NOPE).
+        sections = {s.path[0] for s in _SETTINGS_BY_PATH.values() if len(s.path) > 1}
+        named = path[:2] if path[0] in sections else path[:1]
+        name = f"{name} ({ENV_PREFIX}{'_'.join(named).upper()})"
     return f"{name}: {one_line(err['msg'])}"
 
 

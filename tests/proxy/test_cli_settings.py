@@ -134,6 +134,7 @@ def test_the_flag_of_every_setting_reaches_the_settings(setting: SettingInfo) ->
         ({"TOOLSENTRY_SHADOW_MODELS": '["m"'}, ["-u", UPSTREAM], "TOOLSENTRY_SHADOW_MODELS"),
         ({"TOOLSENTRY_SHADOW": "{sample: 1}"}, ["-u", UPSTREAM], "TOOLSENTRY_SHADOW "),
         ({"TOOLSENTRY_PASSTHROUGH": "all"}, ["-u", UPSTREAM], "TOOLSENTRY_PASSTHROUGH"),
+        ({"TOOLSENTRY_SHADOW_NOPE": "1"}, ["-u", UPSTREAM], "TOOLSENTRY_SHADOW_NOPE"),
         ({"TOOLSENTRY_UPSTREAMS": '[{"name": "x"}]'}, [], "upstreams.0.base_url"),
         (
             {"TOOLSENTRY_TOOL_ERRORS": '[{"pattern": "("}]'},
@@ -152,6 +153,7 @@ def test_the_flag_of_every_setting_reaches_the_settings(setting: SettingInfo) ->
         "section-setting-json",
         "section-json",
         "section-not-a-mapping",
+        "section-unknown-key",
         "upstream-entry",
         "tool-error-pattern",
     ],
