@@ -27,6 +27,7 @@ from proxy.errors import ConfigError
 from proxy.http.clients import ClientLimits
 from proxy.listening import listen, url_of, write_port_file
 from proxy.logs import configure_logging, get_logger
+from proxy.propagation import Propagation
 
 app = typer.Typer(
     name="toolsentry",
@@ -143,6 +144,8 @@ def serve(
             return
         check_runnable(settings)
         check_bind(settings)
+        # Before anything imports opentelemetry.propagate, which raises on a name it lacks.
+        Propagation.from_environ(os.environ)
         sock = listen(settings.host, settings.port)
     except ConfigError as exc:
         raise _fail(exc.message) from None

@@ -202,6 +202,15 @@ class Encoder:
 _RETRYABLE = frozenset({429, 502, 503, 504})
 
 
+def exporter_var(environ: Mapping[str, str], name: str) -> str:
+    """`OTEL_EXPORTER_OTLP_TRACES_<name>`, else `OTEL_EXPORTER_OTLP_<name>`, else ""."""
+    return (
+        environ.get(f"OTEL_EXPORTER_OTLP_TRACES_{name}")
+        or environ.get(f"OTEL_EXPORTER_OTLP_{name}")
+        or ""
+    ).strip()
+
+
 class Sender:
     """POSTs payloads to an OTLP/HTTP traces URL over one kept-alive connection, with the
     exporter variables' headers, compression and TLS files; a failure worth retrying (no
@@ -209,11 +218,7 @@ class Sender:
 
     def __init__(self, url: str, environ: Mapping[str, str], timeout_s: float) -> None:
         def var(name: str) -> str:
-            return (
-                environ.get(f"OTEL_EXPORTER_OTLP_TRACES_{name}")
-                or environ.get(f"OTEL_EXPORTER_OTLP_{name}")
-                or ""
-            ).strip()
+            return exporter_var(environ, name)
 
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:

@@ -24,13 +24,13 @@ validation, context objects per span, and a protobuf object per attribute at exp
 proxy keeps of the SDK what configures it: the resource (`OTEL_SERVICE_NAME`,
 `OTEL_RESOURCE_ATTRIBUTES`) and the sampler (`OTEL_TRACES_SAMPLER` / `_ARG`, asked once per
 request at the server span: its tries and guardrails follow it, as parent-based sampling does).
-Context travels as W3C trace context (`traceparent`, `tracestate`). A full queue drops spans,
+Context travels as `OTEL_PROPAGATORS` lists (proxy/propagation.py; W3C trace context and
+baggage by default). A full queue drops spans,
 counted, and so does a failed export: neither latency nor memory grows with a slow endpoint.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
@@ -50,8 +50,12 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
+from proxy.errors import ConfigError
 from proxy.guard.channels import Violation
-from proxy.otlp import Encoder, Exporter, Sender, SpanRecord, new_id
+from proxy.otlp import Encoder, Exporter, Sender, SpanRecord, exporter_var, new_id
+from proxy.otlp_grpc import DEFAULT_ENDPOINT as GRPC_ENDPOINT
+from proxy.otlp_grpc import GrpcSender
+from proxy.propagation import W3C, Parent, Propagation
 from proxy.protocols.base import API as WireAPI
 
 SEMCONV_VERSION = "1.44.0"
@@ -136,32 +140,29 @@ def traces_url(endpoint: str) -> str:
     return base if base.endswith("/v1/traces") else f"{base}/v1/traces"
 
 
-# -- W3C trace context ---------------------------------------------------------------------------
-
-_TRACEPARENT = re.compile(
-    r"^[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?[ \t]*$"
-)
-
-
-def parse_traceparent(value: str | None) -> tuple[int, int, int] | None:
-    """(trace id, span id, flags) of a `traceparent` header, None when it is absent or invalid
-    (W3C trace context: version ff, all-zero ids, or a version-00 header with more fields)."""
-    if not value:
-        return None
-    match = _TRACEPARENT.match(value)
-    if match is None:
-        return None
-    version, trace_hex, span_hex, flags, rest = match.groups()
-    if version == "ff" or (version == "00" and rest):
-        return None
-    trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
-    if not trace_id or not span_id:
-        return None
-    return trace_id, span_id, int(flags, 16)
-
-
-def traceparent(trace_id: int, span_id: int, sampled: bool) -> str:
-    return f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
+def _sender(config: TracingConfig, environ: Mapping[str, str]) -> Sender | GrpcSender:
+    """The OTLP sender the exporter variables ask for: OTLP/HTTP (protobuf), or gRPC."""
+    protocol = (exporter_var(environ, "PROTOCOL") or "http/protobuf").lower()
+    if protocol == "grpc":
+        endpoint = (
+            config.endpoint
+            or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            or GRPC_ENDPOINT
+        )
+        return GrpcSender(endpoint, environ, config.export_timeout_s)
+    if protocol != "http/protobuf":
+        raise ConfigError(
+            f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: toolsentry sends traces as "
+            "http/protobuf or grpc"
+        )
+    if config.endpoint:
+        url = traces_url(config.endpoint)
+    elif environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        url = environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+    else:
+        url = traces_url(environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318")
+    return Sender(url, environ, config.export_timeout_s)
 
 
 # -- the tracer ------------------------------------------------------------------------------------
@@ -187,17 +188,10 @@ class Tracing:
         # The default decides from the parent's flag alone: then the proxy reads it itself.
         default = DEFAULT_ON.get_description()  # type: ignore[no-untyped-call]  # unannotated
         self._parent_decides = self.sampler.get_description() == default
-        self._sender: Sender | None = None
+        self.propagation = Propagation.from_environ(environ)
+        self._sender: Sender | GrpcSender | None = None
         if send is None:
-            if config.endpoint:
-                url = traces_url(config.endpoint)
-            elif environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-                url = environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
-            else:
-                url = traces_url(
-                    environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318"
-                )
-            send = self._sender = Sender(url, environ, config.export_timeout_s)
+            send = self._sender = _sender(config, environ)
         self.encoder = Encoder(resource, "toolsentry", SCHEMA_URL)
         self.exporter = Exporter(
             self.encoder.encode,
@@ -242,15 +236,13 @@ class Tracing:
             HTTP_METHOD: method,
             HTTP_ROUTE: route,
         }
-        parent = parse_traceparent(headers.get("traceparent"))
+        parent = self.propagation.extract(headers)
         trace_state = ""
         if parent is None:
             trace_id, parent_id, sampled = new_id(128), 0, True
         else:
-            trace_id, parent_id, flags = parent
-            sampled = bool(flags & 1)
-            if headers.get("tracestate"):
-                trace_state = TraceState.from_header([headers["tracestate"]]).to_header()
+            trace_id, parent_id, trace_state = parent.trace_id, parent.span_id, parent.trace_state
+            sampled = bool(parent.flags & 1)
         if not self._parent_decides:
             sampled, trace_state = self._sample(parent, trace_id, trace_state, name, attributes)
         span = SpanRecord(
@@ -262,11 +254,13 @@ class Tracing:
             trace_state=trace_state,
             remote_parent=parent is not None,
         )
-        return RequestTrace(self.exporter if sampled else None, span, operation, model)
+        return RequestTrace(
+            self.exporter if sampled else None, span, operation, model, self.propagation
+        )
 
     def _sample(
         self,
-        parent: tuple[int, int, int] | None,
+        parent: Parent | None,
         trace_id: int,
         trace_state: str,
         name: str,
@@ -276,10 +270,10 @@ class Tracing:
         context: Context | None = None
         if parent is not None:
             remote = SpanContext(
-                parent[0],
-                parent[1],
+                parent.trace_id,
+                parent.span_id,
                 is_remote=True,
-                trace_flags=TraceFlags(parent[2]),
+                trace_flags=TraceFlags(parent.flags),
                 trace_state=TraceState.from_header([trace_state]) if trace_state else None,
             )
             context = set_span_in_context(NonRecordingSpan(remote))
@@ -311,9 +305,15 @@ class RequestTrace:
     (`exporter` None), it still forwards the trace context and records nothing."""
 
     def __init__(
-        self, exporter: Exporter | None, span: SpanRecord, operation: str, model: str
+        self,
+        exporter: Exporter | None,
+        span: SpanRecord,
+        operation: str,
+        model: str,
+        propagation: Propagation = W3C,
     ) -> None:
         self._exporter = exporter
+        self._propagation = propagation
         self.span = span
         self._operation = operation
         self._model = model
@@ -357,17 +357,20 @@ class RequestTrace:
             trace_state=server.trace_state,
         )
         self._last_try = span
-        headers["traceparent"] = traceparent(
-            span.trace_id, span.span_id, self._exporter is not None
-        )
-        if span.trace_state:
-            headers["tracestate"] = span.trace_state
+        context = Parent(span.trace_id, span.span_id, 0, span.trace_state)
+        self._propagation.inject(headers, context, self._exporter is not None)
         return AttemptSpan(self, span)
 
     def beside(self, kind: str) -> RequestTrace:
         """The request's trace for calls made beside its turn (a shadow call, which may outlive
         the response): its tries are counted apart, of `kind`, under the request's span."""
-        other = RequestTrace(self._exporter, self.span, self._operation, self._model)
+        other = RequestTrace(
+            self._exporter,
+            self.span,
+            self._operation,
+            self._model,
+            self._propagation,
+        )
         other._kind = kind
         return other
 

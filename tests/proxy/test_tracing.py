@@ -18,10 +18,10 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from proxy import tracing
 from proxy.guard.channels import Channel, Violation
 from proxy.otlp import Encoder, Exporter, SpanRecord
+from proxy.propagation import parse_traceparent
 from proxy.tracing import (
     Tracing,
     TracingConfig,
-    parse_traceparent,
     traces_url,
     wanted,
 )
