@@ -4,7 +4,8 @@ uvicorn).
 `POST /v1/chat/completions`, `/v1/responses` and `/v1/messages` (any query string) answer as the
 agent of the task the request names — header `x-evalkit-task` (with `x-evalkit-trial` and
 `x-evalkit-seed`), or, since a proxy need not forward a client's headers, the same keys in the
-body's `metadata` (`evalkit_task`, `evalkit_trial`, `evalkit_seed`). The request's `model` picks the
+body's `metadata` (`evalkit_task`, `evalkit_trial`, `evalkit_seed`); a request that names no task
+gets a generic scripted turn (`evalkit.sim.generic`). The request's `model` picks the
 damage profile (`sim-int4` → `int4`); any other name gets the server's default profile. Each
 request is read as one chat conversation (`evalkit.sim.requests`), the simulated model decides once,
 and the writers of `proxy.protocols` write the decision in the request's protocol, plain or streamed: the same
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final
 
 import orjson
@@ -28,6 +29,7 @@ from starlette.routing import Route
 
 from evalkit.agent import SEED_HEADER, TASK_HEADER, TRIAL_HEADER
 from evalkit.domains.base import Domain
+from evalkit.sim.generic import generic_reply
 from evalkit.sim.model import EpisodeKey, SimReply, SimulatedModel, UnknownTaskError
 from evalkit.sim.profiles import DamageProfile
 from evalkit.sim.requests import (
@@ -108,12 +110,16 @@ def create_sim_app(
                 return _error(api, 400, str(exc), "invalid_request_error")
             profile = by_model.get(str(body.get("model")), fallback)
             try:
-                reply = model.reply(messages, tools, key, profile)
+                reply = (
+                    generic_reply(messages, tools)
+                    if key is None
+                    else model.reply(messages, tools, key, profile)
+                )
             except UnknownTaskError as exc:
                 return _error(api, 404, exc.message, "not_found_error", "x-evalkit-task")
             except ToolsentryError as exc:  # the request's tools cannot be compiled
                 return _error(api, 400, exc.message, "invalid_request_error", "tools")
-            decided = as_answer(reply, profile, _answer_id(key, len(messages)), len(raw))
+            decided = as_answer(reply, profile, _answer_id(key, messages), len(raw))
             headers = {SIMULATED_HEADER: profile.name}
             if body.get("stream"):
                 events = _stream(api, decided, body)
@@ -189,20 +195,18 @@ async def _stream(api: API, answer: Answer, request: Mapping[str, Any]) -> Async
 
 def episode_key(
     headers: Mapping[str, str], body: Mapping[str, Any], *, default_seed: int = 0
-) -> EpisodeKey:
-    """The episode a request belongs to, from its headers or else its body's `metadata`.
+) -> EpisodeKey | None:
+    """The episode a request belongs to, from its headers or else its body's `metadata`; None
+    when it names no task (it gets the generic turn, `evalkit.sim.generic`).
 
     Raises:
-        ValueError: when no task is named, or trial or seed is not an integer.
+        ValueError: when trial or seed is not an integer.
     """
     metadata = body.get("metadata")
     meta: Mapping[str, Any] = metadata if isinstance(metadata, dict) else {}
     task = headers.get(TASK_HEADER) or meta.get("evalkit_task")
     if not task:
-        raise ValueError(
-            "the simulated model plays a task: name it in the x-evalkit-task header or in "
-            "metadata.evalkit_task (evalkit's agent sends both)"
-        )
+        return None
     trial = headers.get(TRIAL_HEADER) or meta.get("evalkit_trial") or 0
     seed = headers.get(SEED_HEADER) or meta.get("evalkit_seed") or default_seed
     try:
@@ -211,8 +215,11 @@ def episode_key(
         raise ValueError(f"trial and seed must be integers, got {trial!r} and {seed!r}") from None
 
 
-def _answer_id(key: EpisodeKey, position: int) -> str:
-    text = f"{key.seed}|{key.task_id}|{key.trial}|{position}"
+def _answer_id(key: EpisodeKey | None, messages: Sequence[dict[str, Any]]) -> str:
+    if key is None:  # the generic turn: the same conversation gets the same id
+        text = orjson.dumps(messages, option=orjson.OPT_SORT_KEYS).decode()
+    else:
+        text = f"{key.seed}|{key.task_id}|{key.trial}|{len(messages)}"
     return f"sim-{hashlib.sha256(text.encode()).hexdigest()[:24]}"
 
 

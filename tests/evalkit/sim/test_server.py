@@ -100,9 +100,47 @@ def test_the_episode_travels_in_headers_or_in_body_metadata(
     assert by_header.id == by_metadata.id
 
 
-def test_a_request_without_a_task_or_with_an_unknown_one_is_refused(client: OpenAI) -> None:
-    with pytest.raises(openai.BadRequestError, match="x-evalkit-task"):
-        client.chat.completions.create(model="sim-int4", messages=OPENING)  # type: ignore[arg-type]
+def test_a_request_without_a_task_gets_the_generic_turn_marked_simulated(
+    client: OpenAI, claude: anthropic.Anthropic
+) -> None:
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "cancel_pending_order",
+            "parameters": {
+                "type": "object",
+                "properties": {"order_id": {"type": "string"}, "force": {"type": "boolean"}},
+                "required": ["order_id"],
+            },
+        },
+    }
+    asked = [{"role": "user", "content": "Cancel order #W2378156 please"}]
+    called = client.chat.completions.create(model="sim-int4", messages=asked, tools=[tool])  # type: ignore[arg-type,list-item]
+    assert called.system_fingerprint == "evalkit-sim-int4"
+    (call,) = called.choices[0].message.tool_calls or []
+    assert call.function.name == "cancel_pending_order"
+    assert json.loads(call.function.arguments) == {"order_id": "#W2378156"}
+    answered = [
+        *asked,
+        called.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "cancelled"},
+    ]
+    closing = client.chat.completions.create(model="sim-int4", messages=answered, tools=[tool])  # type: ignore[arg-type,list-item]
+    assert closing.choices[0].message.content == "Done. The tool answered: cancelled"
+    plain = client.chat.completions.create(model="sim-int4", messages=OPENING)  # type: ignore[arg-type]
+    assert "x-evalkit-task" in (plain.choices[0].message.content or "")
+    # The same turn in the Messages protocol.
+    message = claude.messages.create(
+        model="sim-int4",
+        max_tokens=64,
+        messages=[{"role": "user", "content": "Cancel order #W2378156"}],
+        tools=[{"name": "cancel_pending_order", "input_schema": tool["function"]["parameters"]}],  # type: ignore[index]
+    )
+    (use,) = [block for block in message.content if block.type == "tool_use"]
+    assert use.input == {"order_id": "#W2378156"}
+
+
+def test_a_request_naming_an_unknown_task_is_refused(client: OpenAI) -> None:
     with pytest.raises(openai.NotFoundError, match="no task 'nope'"):
         client.chat.completions.create(
             model="sim-int4",
