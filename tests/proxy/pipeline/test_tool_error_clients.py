@@ -129,6 +129,62 @@ def test_each_failed_tool_of_a_langchain_loop_is_one_tool_error(
     assert record["channels"] == {"tool_error": len(reported)}
 
 
+def test_each_failed_tool_of_a_langgraph_tool_node_is_one_tool_error(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    pytest.importorskip("langgraph", reason="pip install langgraph (a dev dependency)")
+    # τ²-bench's "Error" prefix off: LangGraph's own form alone is read.
+    proxy = make_proxy(tool_error_prefix="")
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    @tool
+    def get_order_status(order_id: str) -> str:
+        """Look up the status of an order by its id."""
+        if order_id not in ORDERS:
+            raise LookupError(f"order {order_id} not found")
+        return f"order {order_id} is {ORDERS[order_id]}"
+
+    upstream.script.push(
+        answer(None, call("get_order_status", {"order_id": "#W1"})),  # runs
+        answer(None, call("get_order_status", {"order_id": "#W2"})),  # raises
+        answer(None, call("get_order_status", {"order_id": "#W3"})),  # raises
+        answer("Two of them are lost."),
+    )
+    llm = ChatOpenAI(
+        base_url=proxy.base_url,
+        api_key="unused",  # type: ignore[arg-type]
+        model="scripted-model",
+        max_retries=0,
+        default_headers={"x-session-id": "langgraph-failures"},
+    ).bind_tools([get_order_status])
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [llm.invoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    # ToolNode's default re-raises a tool's exception and ends the run (only an invocation
+    # error is reported); handle_tool_errors=True reports every failure to the model.
+    graph.add_node("tools", ToolNode([get_order_status], handle_tool_errors=True))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: END})
+    graph.add_edge("tools", "agent")
+    final = graph.compile().invoke({"messages": [HumanMessage("Where are #W1, #W2, #W3?")]})
+    assert final["messages"][-1].content == "Two of them are lost."
+    # ToolNode reports a failure in the ToolMessage's text and its status="error".
+    results = [m for m in final["messages"] if isinstance(m, ToolMessage)]
+    reported = [r for r in results if r.status == "error"]
+    assert len(results) == 3
+    assert len(reported) == 2
+    assert all(str(r.content).startswith("Error: LookupError(") for r in reported)
+    record = proxy.session("langgraph-failures")
+    assert record["channels"] == {"tool_error": len(reported)}
+
+
 CODEX_EXIT = re.compile(r"^(?:Process exited with code|Exit code:) (-?\d+)$", re.MULTILINE)
 
 

@@ -88,3 +88,60 @@ def test_claude_code_runs_the_repaired_call_and_the_session_shows_one_repair(
     assert all(q == "beta=true" for q in upstream.script.queries)
     reask = upstream.script.requests[1]
     assert reask["messages"][-1]["content"][0]["tool_use_id"] == "toolu_bad"
+
+
+class FailingCommandScript:
+    """A `Bash` call whose command fails (a missing directory), then, with Claude Code's report of
+    the failure, a closing text; the reports it sent are kept."""
+
+    def __init__(self) -> None:
+        self.reports: list[dict[str, Any]] = []
+
+    def __call__(self, body: dict[str, Any]) -> Any:
+        if not body.get("tools"):
+            return answer("Listing")
+        results = [
+            block
+            for message in body.get("messages") or []
+            if isinstance(message.get("content"), list)
+            for block in message["content"]
+            if isinstance(block, dict) and block.get("type") == "tool_result"
+        ]
+        if not results:
+            command = "ls /nonexistent-toolsentry-dir"
+            return answer(None, call("Bash", {"command": command, "description": "List it"}))
+        self.reports = results
+        return answer(DONE)
+
+
+def test_a_failed_command_claude_code_reports_is_one_tool_error_in_the_session(
+    proxy: RunningProxy, upstream: RunningUpstream, tmp_path: Path
+) -> None:
+    claude = claude_bin()
+    script = FailingCommandScript()
+    upstream.script.handler = script
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": proxy.server.url,
+        "ANTHROPIC_API_KEY": "any-key",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+    command = [str(claude), "-p", "List the directory.", "--model", "claude-sonnet-4-5"]
+    command += ["--max-turns", "5", "--allowedTools", "Bash", "--output-format", "json"]
+    done = subprocess.run(
+        command, cwd=work, env=env, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    # Claude Code's own report of the failure: one tool_result flagged is_error.
+    (report,) = script.reports
+    assert report["is_error"] is True
+    session = json.loads(done.stdout)["session_id"]
+    record = proxy.session(session)
+    assert record["channels"] == {"tool_error": 1}
+    assert record["errors"] == 1
