@@ -142,7 +142,10 @@ class UpstreamConfig(BaseModel):
         return self.base_urls or [self.base_url]
 
     def replica(self, url: str) -> UpstreamConfig:
-        """This entry's settings for its replica at `url` (one of `replica_urls`)."""
+        """This entry's settings for its replica at `url` (one of `replica_urls`): the entry
+        itself when it has one base URL."""
+        if not self.base_urls:
+            return self
         return self.model_copy(update={"base_url": url, "base_urls": []})
 
 
