@@ -164,3 +164,13 @@ def test_two_entries_listing_one_model_share_its_requests(
         with httpx.Client(base_url=proxy.server.url) as http:
             models = http.get("/v1/models").json()["data"]
         assert [m["id"] for m in models] == ["scripted-model"]
+
+
+def test_upstream_urls_given_as_a_list_are_replicas_of_every_model(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    # As `--upstream A --upstream B` or TOOLSENTRY_UPSTREAMS=A,B give them.
+    with scripted(completion("b")) as second:
+        upstream.script.push(completion("a"))
+        proxy = make_proxy(upstreams=[upstream.base_url, second.base_url])
+        assert sorted(ask(proxy) for _ in range(4)) == ["a", "a", "b", "b"]
