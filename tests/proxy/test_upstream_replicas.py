@@ -35,6 +35,11 @@ def cooldowns(proxy: RunningProxy, url: str) -> float:
     return metric(text, "toolsentry_replica_cooldowns_total", upstream="pool", replica=url)
 
 
+def outstanding(proxy: RunningProxy, url: str) -> float:
+    text = proxy.metrics()
+    return metric(text, "toolsentry_replica_outstanding", upstream="pool", replica=url)
+
+
 def pool(*urls: str, **options: object) -> dict[str, object]:
     """An upstream entry named pool with the replicas at `urls`."""
     return {"name": "pool", "base_urls": list(urls), **options}
@@ -58,21 +63,32 @@ def ask(proxy: RunningProxy, *, stream: bool = False) -> str:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
-def test_a_refused_replica_cools_down_its_request_is_answered_by_another_and_it_comes_back(
+def test_a_refused_replica_cools_down_and_its_request_is_answered_by_another(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream, stream: bool
+) -> None:
+    with unused_socket() as gone:
+        down = f"http://127.0.0.1:{gone.getsockname()[1]}/v1"
+        proxy = make_proxy(upstreams=[pool(down, upstream.base_url)], retries=1)
+        upstream.script.push(completion("from the live one"))
+        # The first request's first try goes to the first replica, which refuses it.
+        assert ask(proxy, stream=stream) == "from the live one"
+        assert (tries(proxy, down), cooldowns(proxy, down)) == (1, 1)
+        for _ in range(3):  # cooling (for the default 10 s), it is passed over
+            assert ask(proxy, stream=stream) == "from the live one"
+        assert tries(proxy, down) == 1
+        assert tries(proxy, upstream.base_url) == 4
+        assert outstanding(proxy, down) == outstanding(proxy, upstream.base_url) == 0
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_replica_back_on_its_port_answers_again_once_its_cool_down_ends(
     make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream, stream: bool
 ) -> None:
     gone = unused_socket()
     down = f"http://127.0.0.1:{gone.getsockname()[1]}/v1"
-    proxy = make_proxy(upstreams=[pool(down, upstream.base_url, cooldown_seconds=0.5)], retries=1)
+    proxy = make_proxy(upstreams=[pool(down, upstream.base_url, cooldown_seconds=0.2)], retries=1)
     upstream.script.push(completion("from the live one"))
-    # The first request's first try goes to the first replica, which refuses it.
     assert ask(proxy, stream=stream) == "from the live one"
-    assert (tries(proxy, down), cooldowns(proxy, down)) == (1, 1)
-    for _ in range(3):  # cooling, it is passed over
-        assert ask(proxy, stream=stream) == "from the live one"
-    assert tries(proxy, down) == 1
-    assert tries(proxy, upstream.base_url) == 4
-    # It comes back on its port: once its cool-down ends, it answers its share.
     back = ScriptedUpstream([completion("from the one back")])
     with LoopbackServer(back.app, sock=gone):
         deadline = time.monotonic() + WAIT
@@ -80,10 +96,6 @@ def test_a_refused_replica_cools_down_its_request_is_answered_by_another_and_it_
             assert ask(proxy, stream=stream) in {"from the live one", "from the one back"}
         assert back.requests, "the replica was not used again after its cool-down"
         assert cooldowns(proxy, down) == 1
-        assert (
-            metric(proxy.metrics(), "toolsentry_replica_outstanding", upstream="pool", replica=down)
-            == 0
-        )
 
 
 def test_a_503_moves_the_request_to_another_replica_without_cooling_the_first(
