@@ -41,7 +41,7 @@ from proxy.session.stores import SessionStore
 from proxy.shadow import Shadow, open_shadow
 from proxy.tracing import Tracing, TracingConfig
 from proxy.upstream import HttpUpstream, Upstream
-from proxy.upstream_router import Router
+from proxy.upstream_router import Router, balanced
 
 _GC_YOUNG_THRESHOLD = 50_000
 
@@ -110,13 +110,9 @@ def create_app(
 
     Raises ConfigError when no upstream is configured or the store URL is invalid.
     """
-    upstreams = _upstreams(settings, upstreams, environ or {})
-    configs = settings.upstreams or []
-    if len(configs) != len(upstreams):
-        configs = [UpstreamConfig(name=u.name, base_url="http://injected") for u in upstreams]
-    router = Router(upstreams, configs)
-    session_store = store or open_store(settings.store, ttl_seconds=settings.session_ttl_seconds)
     metrics = Metrics(multiprocess_dir=metrics_dir)
+    router = _router(settings, upstreams, environ or {}, metrics)
+    session_store = store or open_store(settings.store, ttl_seconds=settings.session_ttl_seconds)
     unknown = UnknownToolStats()
     dropped = metrics.trace_spans_dropped
     tracer = Tracing.create(
@@ -131,7 +127,7 @@ def create_app(
         metrics=metrics,
         store=session_store,
         environ=environ or {},
-        reference=next((u for u in upstreams if u.name == injected), None),
+        reference=next((u for u in upstreams or () if u.name == injected), None),
         worker_log_suffix=metrics_dir is not None,
     )
     keys = Keys(settings)
@@ -184,22 +180,36 @@ def _add_passthrough(app: FastAPI, passthrough: Passthrough) -> None:
         return await passthrough(request, path)
 
 
-def _upstreams(
-    settings: Settings, injected: list[Upstream] | None, environ: Mapping[str, str]
-) -> list[Upstream]:
-    """The injected upstreams, else one client per configured upstream. Raises ConfigError
-    when there is none."""
+def _router(
+    settings: Settings,
+    injected: list[Upstream] | None,
+    environ: Mapping[str, str],
+    metrics: Metrics,
+) -> Router:
+    """The router over the injected upstreams (each serving any model), else one client per
+    configured upstream's base URL. Raises ConfigError when there is none."""
     if injected is not None:
-        return injected
+        configs = settings.upstreams
+        if len(configs) != len(injected):
+            configs = [UpstreamConfig(name=u.name, base_url="http://injected") for u in injected]
+        return Router(injected, configs, metrics=metrics)
     if not settings.upstreams:
         raise ConfigError(
             "no upstream configured: give --upstream URL, TOOLSENTRY_UPSTREAMS or a config file"
         )
     env = dict(environ)
-    return [
-        HttpUpstream(u, api_key=settings.upstream_api_key(u, env), retries=settings.retries)
-        for u in settings.upstreams
-    ]
+    clients: list[list[Upstream]] = []
+    for config, shared in zip(settings.upstreams, balanced(settings.upstreams), strict=True):
+        # A balanced deployment retries across its replicas: their own clients do not.
+        retries = 0 if shared else settings.retries
+        key = settings.upstream_api_key(config, env)
+        clients.append(
+            [
+                HttpUpstream(config.replica(url), api_key=key, retries=retries)
+                for url in config.replica_urls
+            ]
+        )
+    return Router(clients, settings.upstreams, retries=settings.retries, metrics=metrics)
 
 
 def _lifespan(

@@ -89,8 +89,8 @@ def serve(
             metavar="URL",
             help=shown_help(
                 "Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8001/v1. Repeat "
-                "for several; it serves every model (use --config to route by model). In the "
-                "variable, several are separated by spaces.",
+                "for several: replicas serving every model, balanced (use --config to route by "
+                "model). In the variable, several are separated by spaces.",
                 "TOOLSENTRY_UPSTREAM",
             ),
             envvar="TOOLSENTRY_UPSTREAM",
@@ -291,7 +291,7 @@ def _report(sock: socket.socket, settings: Settings, port_file: Path | None, how
     """Say where the proxy listens: the startup line, and `port_file` when given."""
     if port_file is not None:
         write_port_file(port_file, sock)
-    upstreams = ", ".join(u.base_url for u in settings.upstreams)
+    upstreams = ", ".join(url for u in settings.upstreams for url in u.replica_urls)
     _err.print(
         f"toolsentry {__version__} on {url_of(settings.host, sock)}/v1 {how}{upstreams}",
         highlight=False,

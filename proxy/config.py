@@ -184,7 +184,7 @@ class Settings(BaseSettings):
     )
 
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
-    """The servers to forward to, each with a name, base_url, models, API key variable and timeouts (see the entries of upstreams). A plain base URL (`--upstream URL`, repeatable; comma-separated URLs in the environment) is an entry serving every model."""
+    """The servers to forward to, each with a name, base_url, models, API key variable and timeouts (see the entries of upstreams). A plain base URL (`--upstream URL`, repeatable; comma-separated URLs in the environment) is an entry serving every model; several are replicas, balanced (as an entry's `base_urls` are)."""
     host: str = "127.0.0.1"
     """Address to listen on."""
     port: int = Field(default=8000, ge=0, le=65535)

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from proxy.guard.repair import StructuredOutputs
 
@@ -18,6 +25,21 @@ class UpstreamConfig(BaseModel):
     name: str = Field(description="A short name used in logs and error messages.")
     base_url: str = Field(
         description="The server's OpenAI base URL, e.g. http://127.0.0.1:8001/v1."
+    )
+    # Replicas (DESIGN §8): the servers of one deployment, balanced by outstanding requests.
+    base_urls: list[str] = Field(
+        default_factory=list,
+        description="Several base URLs, the replicas of one deployment, instead of base_url (which "
+        "then names the first): each request goes to the replica with the fewest outstanding "
+        "requests. Entries that list the same model are replicas of it too.",
+    )
+    cooldown_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a replica is passed over after a try failed before its answer's "
+        "first byte (connection refused or reset, a timeout); the request goes on to another "
+        "replica within `retries`. With every replica cooling, the one whose cool-down ends "
+        "first is tried.",
     )
     api_key_env: str | None = Field(
         default=None, description="Environment variable holding the upstream's API key."
@@ -89,3 +111,47 @@ class UpstreamConfig(BaseModel):
         if not value.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {value!r}")
         return value.rstrip("/")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _first_of_base_urls(cls, value: Any) -> Any:
+        # `base_urls` alone: `base_url` is its first, so everything that reads one URL (logs, the
+        # shadow's reference) reads a replica's.
+        if isinstance(value, dict) and value.get("base_urls") and "base_url" not in value:
+            urls = value["base_urls"]
+            if isinstance(urls, list) and urls:
+                return {**value, "base_url": urls[0]}
+        return value
+
+    @model_validator(mode="after")
+    def _replica_urls_checked(self) -> UpstreamConfig:
+        if not self.base_urls:
+            return self
+        # Each URL is checked as base_url is, by its own validator.
+        urls = [_checked_url(self.name, url) for url in self.base_urls]
+        if urls[0] != self.base_url:
+            raise ValueError("give base_url or base_urls, not both (base_url is base_urls' first)")
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"base_urls lists a URL twice: {urls}")
+        self.base_urls = urls
+        return self
+
+    @property
+    def replica_urls(self) -> list[str]:
+        """The base URL of every replica: `base_urls`, else `base_url` alone."""
+        return self.base_urls or [self.base_url]
+
+    def replica(self, url: str) -> UpstreamConfig:
+        """This entry's settings for its replica at `url` (one of `replica_urls`): the entry
+        itself when it has one base URL."""
+        if not self.base_urls:
+            return self
+        return self.model_copy(update={"base_url": url, "base_urls": []})
+
+
+def _checked_url(name: str, url: str) -> str:
+    """`url` as `base_url` would hold it (see its validator). Raises ValueError naming it."""
+    try:
+        return UpstreamConfig(name=name, base_url=url).base_url
+    except ValidationError as exc:
+        raise ValueError(f"base_urls: {exc.errors()[0]['msg']}") from None

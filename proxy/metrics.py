@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
+    Gauge,
     Histogram,
     generate_latest,
     multiprocess,
@@ -88,6 +89,12 @@ class Family:
 
     def histogram(self, registry: CollectorRegistry | None) -> Histogram:
         return Histogram(self.name, self.help, self.labels, buckets=self.buckets, registry=registry)
+
+    def gauge(self, registry: CollectorRegistry | None) -> Gauge:
+        # Several workers: the live ones' values summed, as one process would count them.
+        return Gauge(
+            self.name, self.help, self.labels, registry=registry, multiprocess_mode="livesum"
+        )
 
 
 # Every family the proxy exposes. The dashboard, the alert rules and the tests read these names
@@ -178,6 +185,25 @@ SHADOW_ERRORS = Family(
     "status_N, invalid_answer, upstream, store).",
     ("model", "reference", "kind", "api"),
 )
+# The replicas of a deployment (proxy.upstream_replicas), by its upstream entry's name and the
+# replica's URL without credentials or query: both come from the configuration, so are bounded.
+# A deployment of one replica has none of these series (its requests take no detour).
+REPLICA_OUTSTANDING = Family(
+    "toolsentry_replica_outstanding",
+    "Requests under way on each replica of a balanced deployment (the balancer picks the fewest).",
+    ("upstream", "replica"),
+)
+REPLICA_TRIES = Family(
+    "toolsentry_replica_tries",
+    "Tries sent to each replica of a balanced deployment (a request retried counts each try).",
+    ("upstream", "replica"),
+)
+REPLICA_COOLDOWNS = Family(
+    "toolsentry_replica_cooldowns",
+    "Cool-downs of each replica: a try failed before its answer's first byte (connection "
+    "refused or reset, a timeout), and the replica was passed over for cooldown_seconds.",
+    ("upstream", "replica"),
+)
 
 
 class Metrics:
@@ -222,6 +248,9 @@ class Metrics:
         self.upstream_seconds = UPSTREAM_SECONDS.histogram(r)
         self.overhead_seconds = OVERHEAD_SECONDS.histogram(r)
         self._models: dict[tuple[str, str], ModelSeries] = {}
+        self.replica_outstanding = REPLICA_OUTSTANDING.gauge(r)
+        self.replica_tries = REPLICA_TRIES.counter(r)
+        self.replica_cooldowns = REPLICA_COOLDOWNS.counter(r)
 
     def for_model(self, model: str, api: str) -> ModelSeries:
         """The series of one model and protocol, resolved once and kept (both are bounded)."""

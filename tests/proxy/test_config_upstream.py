@@ -35,3 +35,33 @@ def test_yaml_on_and_off_read_as_structured_outputs_modes() -> None:
         StructuredOutputs("on"),
         StructuredOutputs("off"),
     )
+
+
+def test_base_urls_are_the_replicas_and_base_url_their_first() -> None:
+    entry = UpstreamConfig(name="vllm", base_urls=["http://a:8000/v1/", "http://b:8000/v1"])
+    assert entry.base_url == "http://a:8000/v1"
+    assert entry.replica_urls == ["http://a:8000/v1", "http://b:8000/v1"]
+    assert entry.replica("http://b:8000/v1").base_url == "http://b:8000/v1"
+    assert UpstreamConfig.model_validate(entry.model_dump()) == entry  # workers get the same
+
+
+def test_one_base_url_is_its_only_replica() -> None:
+    entry = UpstreamConfig(name="vllm", base_url="http://a:8000/v1")
+    assert entry.replica_urls == ["http://a:8000/v1"]
+    assert entry.replica("http://a:8000/v1") is entry
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({"base_url": "http://x/v1", "base_urls": ["http://a/v1"]}, "base_url or base_urls"),
+        ({"base_urls": ["http://a/v1", "ftp://b/v1"]}, "base_urls: .*must start with http"),
+        ({"base_urls": ["http://a/v1", "http://a/v1/"]}, "lists a URL twice"),
+        ({"base_urls": ["http://a/v1"], "cooldown_seconds": 0}, "cooldown_seconds"),
+    ],
+)
+def test_replicas_that_cannot_be_served_are_refused_naming_why(
+    fields: dict[str, object], error: str
+) -> None:
+    with pytest.raises(ValidationError, match=error):
+        UpstreamConfig(name="vllm", **fields)  # type: ignore[arg-type]
