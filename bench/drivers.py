@@ -52,14 +52,14 @@ def have_wrk() -> bool:
 
 
 def run_wrk(
-    url: str, body_file: Path, connections: int, seconds: float, cpus: str
+    url: str, body_file: Path, connections: int, seconds: float, cpus: str, threads: int = 1
 ) -> dict[str, float]:
-    """One wrk run; returns its summary (latencies in µs) plus requests/s."""
+    """One wrk run (`threads` threads); returns its summary (latencies in µs) plus requests/s."""
     argv = pinned(
         cpus,
         [
             "wrk",
-            "-t1",
+            f"-t{threads}",
             f"-c{connections}",
             f"-d{max(1, round(seconds))}s",
             "--timeout",
