@@ -1,4 +1,4 @@
-"""`python -m bench.scale --quick` end to end (bench/scale.py, bench/openloop.py), run as the
+"""`python -m bench.scale --quick` end to end (bench/scale/, bench/openloop.py), run as the
 program it is (tests and benchmarks never import each other): every point measured, every
 session count exact, the open loop's schedule kept whole. No timing is asserted."""
 
