@@ -316,16 +316,8 @@ def measure(args: argparse.Namespace, roles: Roles, workdir: Path) -> list[Outco
         if redis is not None:
             redis.server.stop()
     if not litellm:
-        outcomes.append(
-            Outcome(
-                Point("litellm"),
-                note="not measured: "
-                + (
-                    "--quick"
-                    if args.quick
-                    else f"LiteLLM is not installed in {LITELLM_VENV} "
-                    "(python -m bench.overhead installs it)"
-                ),
-            )
-        )
+        where = str(LITELLM_VENV).replace(str(Path.home()), "~")
+        why = "--quick" if args.quick else f"LiteLLM is not installed in {where}"
+        note = f"not measured: {why} (python -m bench.overhead installs it)"
+        outcomes.append(Outcome(Point("litellm"), note=note))
     return outcomes

@@ -256,17 +256,15 @@ def section(
         f"Measured {time.strftime('%Y-%m-%d')} with `python -m bench.scale {' '.join(given)}` "
         f"({info['seconds']:.0f} s). {roles.describe()}. wrk {args.connections} connections, "
         f"{args.warmup:g} s warm-up, {args.rounds} × {args.duration:g} s a point (median, "
-        f"min–max). Load average {info['load']} at the start, {info['load_end']} at the end"
-        + (
-            ": a machine shared with other work, so absolute figures drift from minute to "
-            "minute; the ratios between rows of one run are what it shows."
-            if n <= 4
-            else "."
-        ),
+        f"min–max). {conditions(outcomes, info, args.connections)}",
         "",
         closed,
         "",
         role,
+        "",
+        "Redis commands a request are `INFO commandstats`'s (its scripts' own commands included) "
+        "over the rounds; those the proxy sent itself (its round trips) are `MONITOR`'s over "
+        f"{args.monitor_requests} requests sent one at a time after the rounds.",
         "",
         "Open loop (bench/openloop.py; latency from each request's scheduled send; added = "
         "toolsentry − direct at the same rate, measured one after the other). The generator's "
@@ -283,6 +281,26 @@ def section(
         END.format(n=n),
     ]
     return "\n".join(parts)
+
+
+def conditions(outcomes: Sequence[Outcome], info: dict[str, Any], connections: int) -> str:
+    """The load average, and what it did to the run when one worker could not have its CPU."""
+    text = f"Load average {info['load']} at the start, {info['load_end']} at the end."
+    used = [
+        o.median("proxy_cores")
+        for o in outcomes
+        if o.point.target == "toolsentry" and o.point.workers == 1 and o.rounds
+    ]
+    cores = statistics.median(c for c in used if c is not None) if used else None
+    if cores is not None and cores < 0.8:
+        text += (
+            f" One worker used {cores:.2f} of its CPU at c{connections}: it waited for a CPU "
+            "shared with other work (which the load average counts), so requests a second are "
+            "the machine's share at the time, not the proxy's capacity, and drift from minute "
+            "to minute. CPU per request, the ratios between rows of one run, the Redis "
+            "commands and the count check are what the run shows."
+        )
+    return text
 
 
 def show(outcomes: Sequence[Outcome], roles: Roles, args: argparse.Namespace) -> None:
