@@ -32,7 +32,8 @@ handed over per 50 ms window against the rate) is reported beside.
     python -m bench.scale [--duration 3] [--rounds 3] [--connections 256] [--rates auto]
                           [--stores memory,sqlite,redis] [--quick] [--no-write] [--json FILE]
 
-`--quick` is a smoke run (one round of one second, workers 1 and 2 on Redis only beside
-memory, one rate); its results are not written to the results file. Needs `wrk` and
+`--quick` is a smoke run (one second of warm-up and one round of one second a point, the two
+smallest worker counts, one rate, 20 requests under MONITOR, no LiteLLM); it writes no results
+file. `--json` keeps every figure (tests/bench runs `--quick` with it). Needs `wrk` and
 `redis-server` (scripts/system-deps).
 """

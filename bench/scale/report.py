@@ -191,10 +191,12 @@ def goals(outcomes: Sequence[Outcome], roles: Roles, connections: int) -> list[s
     for o in (memory, redis1):
         if o is None:
             continue
-        ratio = statistics.median(r["p99_us"] / r["p50_us"] for r in o.rounds if r["p50_us"])
+        ratios = [r["p99_us"] / r["p50_us"] for r in o.rounds if r["p50_us"]]
+        ratio = statistics.median(ratios)
         if connections == 256:
             lines.append(
-                f"Fairness, {o.point.label} at c256: p99 = {ratio:.1f}× p50 — {judged(ratio <= 5)}."
+                f"Fairness, {o.point.label} at c256: p99 = {ratio:.1f}× p50 (rounds "
+                f"{min(ratios):.1f}–{max(ratios):.1f}×) — {judged(ratio <= 5)}."
             )
         else:
             lines.append(f"Fairness at c256: not measured (this run used c{connections}).")
@@ -253,7 +255,7 @@ def section(
         BEGIN.format(n=n),
         f"## {n} CPUs: {machine()}",
         "",
-        f"Measured {time.strftime('%Y-%m-%d')} with `python -m bench.scale {' '.join(given)}` "
+        f"Measured {time.strftime('%Y-%m-%d')} with `{' '.join(['python -m bench.scale', *given])}` "
         f"({info['seconds']:.0f} s). {roles.describe()}. wrk {args.connections} connections, "
         f"{args.warmup:g} s warm-up, {args.rounds} × {args.duration:g} s a point (median, "
         f"min–max). {conditions(outcomes, info, args.connections)}",
