@@ -52,14 +52,14 @@ def have_wrk() -> bool:
 
 
 def run_wrk(
-    url: str, body_file: Path, connections: int, seconds: float, cpus: str
+    url: str, body_file: Path, connections: int, seconds: float, cpus: str, threads: int = 1
 ) -> dict[str, float]:
-    """One wrk run; returns its summary (latencies in µs) plus requests/s."""
+    """One wrk run (`threads` threads); returns its summary (latencies in µs) plus requests/s."""
     argv = pinned(
         cpus,
         [
             "wrk",
-            "-t1",
+            f"-t{threads}",
             f"-c{connections}",
             f"-d{max(1, round(seconds))}s",
             "--timeout",
@@ -232,15 +232,22 @@ def first_token(sock: socket.socket, request: bytes) -> tuple[float, bool]:
     return first, keep
 
 
-def first_token_latencies(url: str, body: bytes, requests: int) -> dict[str, float]:
-    """Run `requests` streamed requests one after another; return percentiles in microseconds."""
+def post_request(url: str, body: bytes, headers: str = "") -> tuple[str, int, bytes]:
+    """(host, port, the bytes of a keep-alive POST of the JSON `body` to `url`); `headers` are
+    more header lines, each ending in CRLF."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     target = parts.path + (f"?{parts.query}" if parts.query else "")
-    request = (
+    head = (
         f"POST {target} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
-        f"accept: text/event-stream\r\ncontent-length: {len(body)}\r\n\r\n"
-    ).encode() + body
+        f"{headers}content-length: {len(body)}\r\n\r\n"
+    )
+    return host, port, head.encode() + body
+
+
+def first_token_latencies(url: str, body: bytes, requests: int) -> dict[str, float]:
+    """Run `requests` streamed requests one after another; return percentiles in microseconds."""
+    host, port, request = post_request(url, body, "accept: text/event-stream\r\n")
     sock = _connect(host, port)
     samples: list[float] = []
     try:

@@ -19,13 +19,14 @@ top-level field `t` (the clock is system-wide, so a client can tell each chunk's
 latency), then with `bench_tool_call` one tool call, then the finish; without `stream`, one
 plain answer of `max_tokens` tokens.
 
-    python -m bench.fake_upstream --port 9101 [--pause-ms 5]
+    python -m bench.fake_upstream --port 9101 [--pause-ms 5] [--processes 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import socket
 import time
 from dataclasses import dataclass
@@ -420,12 +421,18 @@ class _Connection(asyncio.Protocol):
             self._transport.write(tail)
 
 
-async def serve(host: str, port: int, pause: float) -> None:
-    """Serve until cancelled."""
+async def serve(host: str, port: int, pause: float, *, reuse_port: bool = False) -> None:
+    """Serve until cancelled; with `reuse_port`, beside other processes on the same port."""
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Connection(pause), host, port, backlog=1024)
+    server = await loop.create_server(
+        lambda: _Connection(pause), host, port, backlog=1024, reuse_port=reuse_port or None
+    )
     async with server:
         await server.serve_forever()
+
+
+def _serve_process(host: str, port: int, pause: float, reuse_port: bool) -> None:
+    uvloop.run(serve(host, port, pause, reuse_port=reuse_port))
 
 
 def main() -> None:
@@ -433,8 +440,25 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--pause-ms", type=float, default=5.0)
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="processes serving the port together (SO_REUSEPORT): one per core given [1]",
+    )
     args = parser.parse_args()
-    uvloop.run(serve(args.host, args.port, args.pause_ms / 1000))
+    shared = args.processes > 1
+    others = [
+        multiprocessing.get_context("fork").Process(
+            target=_serve_process,
+            args=(args.host, args.port, args.pause_ms / 1000, shared),
+            daemon=True,
+        )
+        for _ in range(args.processes - 1)
+    ]
+    for process in others:
+        process.start()
+    _serve_process(args.host, args.port, args.pause_ms / 1000, shared)
 
 
 if __name__ == "__main__":

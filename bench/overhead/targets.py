@@ -132,27 +132,23 @@ def commands_of(
             notes["litellm"] = f"skipped: {version}"
         else:
             notes["litellm"] = f"LiteLLM {version}"
-            commands["litellm"] = (
-                [
-                    str(exe),
-                    "--config",
-                    str(litellm_config(workdir, upstream_base)),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port["litellm"]),
-                    "--num_workers",
-                    "1",
-                ],
-                {
-                    "LITELLM_LOG": "ERROR",
-                    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                    "LITELLM_TELEMETRY": "False",
-                    # No master key: LiteLLM then skips key checks, as toolsentry does here.
-                    "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
-                },
-            )
+            config = litellm_config(workdir, upstream_base)
+            commands["litellm"] = litellm_command(exe, config, port["litellm"], 1)
     return commands
+
+
+def litellm_command(
+    exe: Path, config: Path, port: int, workers: int
+) -> tuple[list[str], dict[str, str]]:
+    """LiteLLM's proxy with `config` on `port`, `workers` processes: its command and environment."""
+    argv = [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
+    return [*argv, "--num_workers", str(workers)], {
+        "LITELLM_LOG": "ERROR",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_TELEMETRY": "False",
+        # No master key: LiteLLM then skips key checks, as toolsentry does here.
+        "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
+    }
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,20 @@ def test_serve_refuses_several_workers_on_the_memory_store() -> None:
     result = runner.invoke(app, ["serve", "--upstream", "http://127.0.0.1:9/v1", "--workers", "2"])
     assert result.exit_code == 2
     assert "shared session store" in result.output
+
+
+def test_serve_workers_auto_counts_the_cpus_its_affinity_allows() -> None:
+    serve = [sys.executable, "-m", "proxy.cli", "serve", "--upstream", "http://127.0.0.1:9/v1"]
+    one_cpu = ["taskset", "-c", str(min(os.sched_getaffinity(0)))]
+    printed = subprocess.run(
+        [*one_cpu, *serve, "--workers", "auto", "--print-settings"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(printed.stdout)["workers"] == 1
 
 
 def test_serve_without_an_upstream_says_how_to_give_one() -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,23 @@ def test_the_tool_errors_example_in_the_docs_loads_and_reads_its_forms(tmp_path:
     assert table.judge(Client.CODEX, "responses")("apply_patch verification failed: x", None)
     assert not table.judge(Client.OTHER, "chat")("apply_patch verification failed: x", None)
     assert table.judge(Client.CLAUDE_CODE, "messages")("cat: x: Permission denied", False)
+
+
+@pytest.mark.parametrize("given", ["auto", "AUTO"])
+def test_workers_auto_is_one_worker_per_cpu_this_process_may_run_on(
+    given: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    assert load_settings(workers=given).workers == cpus
+    monkeypatch.setenv("TOOLSENTRY_WORKERS", given)
+    assert load_settings().workers == cpus
+    monkeypatch.delenv("TOOLSENTRY_WORKERS")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"workers: {given}\n")
+    assert load_settings(config).workers == cpus
+
+
+def test_workers_is_a_count_or_auto() -> None:
+    assert load_settings(workers="3").workers == 3
+    with pytest.raises(ConfigError, match="workers"):
+        load_settings(workers="all")
