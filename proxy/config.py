@@ -190,7 +190,7 @@ class Settings(BaseSettings):
     """Address to listen on."""
     port: int = Field(default=8000, ge=0, le=65535)
     """Port to listen on; 0 takes a free one, named in the startup line and the --port-file."""
-    workers: int = Field(default=1, ge=1)
+    workers: int = Field(default=1, ge=1, json_schema_extra={"metavar": "INTEGER|auto"})
     """Worker processes, or `auto`: one per CPU this process may run on (its CPU affinity, which taskset and a container's cpuset narrow). More than one needs a shared store (sqlite or redis)."""
     # What a client connection may hold, and for how long (DESIGN §9; proxy.http.clients).
     client_idle_timeout: float = Field(
@@ -654,6 +654,9 @@ def settings_fields(
         path = (*prefix, name)
         annotation = without_none(field.annotation)
         metavar = _scalar_metavar(annotation)
+        extra = field.json_schema_extra
+        if metavar is not None and isinstance(extra, dict) and "metavar" in extra:
+            metavar = str(extra["metavar"])  # a value the type alone does not say (`auto`)
         if metavar is not None:
             out.append(
                 SettingInfo(path, field, "switch" if annotation is bool else "flag", metavar)
