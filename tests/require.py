@@ -28,6 +28,7 @@ COMPONENTS = frozenset(
         "codex",  # the pinned Codex CLI in clients/node_modules (make clients)
         "claude",  # the pinned Claude Code in clients/node_modules (make clients)
         "promtool",  # Prometheus's rule checker (Debian: prometheus)
+        "corpus",  # the function-declaration corpora in .cache/corpus (make corpus)
         "vllm",  # a real vLLM server (scripts/vllm-cpu start) for tests/live
     }
 )

@@ -2,9 +2,10 @@
 
 Function-calling datasets, API wrappers and agent frameworks declare `parameters` loosely:
 `{"type": "dict"}`, properties typed `float`, `any`, `String`, `long`, `HashMap` (Python, Java and
-JavaScript spellings), OpenAPI's `required: true` on a property, `nullable: true`, a `type` left
-out or empty. vLLM takes them as plain objects and the model calls such tools; the guard must not
-be stricter than the server it stands in front of.
+JavaScript spellings), OpenAPI's `required: true` on a property, `nullable: true` or a `default`
+of null on a type without null (Python's `x: float = None`), a `type` left out or empty. vLLM
+takes them as plain objects and the model calls such tools; the guard must not be stricter than
+the server it stands in front of.
 
 `normalise` rewrites those spellings into a standard schema (a new object only where something
 changed: a standard schema comes back as the very object given). `partial_schema` is what is left
@@ -142,8 +143,8 @@ class Normalised:
 
 def normalise(schema: dict[str, Any]) -> Normalised:
     """`schema` with the non-standard spellings of `TYPE_ALIASES`, property-level `required:
-    true`, OpenAPI's `nullable: true` and a list-valued `items` (when the schema names no
-    `$schema`) rewritten as standard JSON Schema.
+    true`, OpenAPI's `nullable: true` (and a `default` of null, which means the same), and a
+    list-valued `items` (when the schema names no `$schema`) rewritten as standard JSON Schema.
 
     Returns the very `schema` given when it is standard already; never changes it.
     """
@@ -182,8 +183,11 @@ class _Reader:
             out = dict(schema) if out is None else out
             if "prefixItems" not in out:
                 out["prefixItems"] = out.pop("items")
-        if schema.get("nullable") is True:
-            out = _nullable(dict(schema) if out is None else out)
+        if schema.get("nullable") is True or ("default" in schema and schema["default"] is None):
+            changes = _null_allowed(schema if out is None else out)
+            if changes:
+                out = dict(schema) if out is None else out
+                out.update(changes)
         return schema if out is None else out
 
     def _keyword(self, key: str, value: Any) -> Any:
@@ -246,17 +250,19 @@ def _changed_only(original: Any, rebuilt: Any) -> Any:
     return original if all(a is b for a, b in zip(members, old, strict=True)) else rebuilt
 
 
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    """OpenAPI 3's `nullable: true` (Gemini's schemas too): null is one more allowed value."""
+def _null_allowed(schema: dict[str, Any]) -> dict[str, Any]:
+    """What to change so that `schema` takes null too, as OpenAPI 3's `nullable: true` (Gemini's
+    schemas too) or a `default` of null (Python's `x: float = None`) means: empty when it does."""
+    changes: dict[str, Any] = {}
     kind = schema.get("type")
     if isinstance(kind, str) and kind != "null":
-        schema["type"] = [kind, "null"]
+        changes["type"] = [kind, "null"]
     elif isinstance(kind, list) and "null" not in kind:
-        schema["type"] = [*kind, "null"]
+        changes["type"] = [*kind, "null"]
     enum_values = schema.get("enum")
     if isinstance(enum_values, list) and None not in enum_values:
-        schema["enum"] = [*enum_values, None]
-    return schema
+        changes["enum"] = [*enum_values, None]
+    return changes
 
 
 def read_leniently(
