@@ -130,6 +130,7 @@ _SCHEMA_LISTS: Final = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
 _SCHEMA_MAPS: Final = frozenset(
     {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
 )
+_READ: Final = _SCHEMA_VALUED | _SCHEMA_LISTS | _SCHEMA_MAPS | {"type", "items"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +163,8 @@ class _Reader:
             return schema
         out: dict[str, Any] | None = None  # the copy, once something changes
         for key, value in schema.items():
+            if key not in _READ:  # most keys of a schema (description, enum, …): nothing to read
+                continue
             new = self._keyword(key, value)
             if new is not value:
                 out = dict(schema) if out is None else out

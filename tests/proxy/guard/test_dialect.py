@@ -90,7 +90,7 @@ def test_required_true_on_a_property_moves_to_the_objects_required_list() -> Non
                 "note": {"type": "string", "required": False},
                 "amount": {"type": "float"},
             },
-            required=["amount", "order_id"],
+            required=["amount"],
         )
     )
     assert read.schema == {
