@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The real agent clients (Codex CLI, Claude Code), pinned in clients/package.json and its lock.
 CLIENTS_STAMP := clients/node_modules/.installed
 
-.PHONY: system-deps venv clients test check static fmt lint types serve demo test-vllm bench clean
+.PHONY: system-deps venv clients corpus test check static fmt lint types serve demo test-vllm bench clean
 
 venv: $(STAMP)
 
@@ -27,12 +27,22 @@ $(CLIENTS_STAMP): clients/package.json clients/package-lock.json | system-deps
 	cd clients && npm ci --no-audit --no-fund
 	touch $(CLIENTS_STAMP)
 
+# The Berkeley Function Calling Leaderboard's wheel: thousands of real tool declarations, read by
+# tests/proxy/guard/test_dialect_corpus.py straight from the wheel (neither installed nor unpacked,
+# no dependencies). Pinned; instant once downloaded.
+BFCL_WHEEL := .cache/corpus/bfcl_eval-2026.3.23-py3-none-any.whl
+
+corpus: $(BFCL_WHEEL)
+
+$(BFCL_WHEEL): | venv
+	$(BIN)/pip download -q --no-deps --only-binary=:all: -d .cache/corpus bfcl-eval==2026.3.23
+
 # `make test COVERAGE=1` adds branch coverage (what `make check` and CI run); HYPOTHESIS_SEED=N
 # replays the property tests of a run that printed that seed (.ci/run does).
 PYTEST_OPTIONS := $(if $(COVERAGE),--cov --cov-report=term:skip-covered) \
 	$(if $(HYPOTHESIS_SEED),--hypothesis-seed=$(HYPOTHESIS_SEED))
 
-test: system-deps venv clients
+test: system-deps venv clients corpus
 	$(BIN)/pytest -m "not vllm" $(PYTEST_OPTIONS)
 
 # Format check, lint and strict types: the first half of `make check`.

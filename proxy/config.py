@@ -31,6 +31,7 @@ from pydantic_settings import (
 
 from proxy.config_upstream import UpstreamConfig
 from proxy.errors import ConfigError
+from proxy.guard.dialect import SchemaDialect
 from proxy.guard.repair import OnUnrepaired, RepairMode
 from proxy.guard.tool_errors import (
     HEAD_CHARS,
@@ -345,6 +346,8 @@ class Settings(BaseSettings):
         "compiled list holds about 18 times its JSON, so 8 MB keeps ~150 lists of Claude Code's "
         "size in ~150 MB.",
     )
+    schema_dialect: SchemaDialect = SchemaDialect.LENIENT
+    """How tool schemas are read. lenient: also the spellings real tool lists use (`dict`, `float`, `any`, Java and JavaScript type names, `required: true` on a property; docs/schema-dialects.md), and a schema that still does not compile is checked for the tool's name, an object of arguments, the required keys and each property that compiles, counted in toolsentry_schema_fallbacks_total; strict: JSON Schema only, a schema that does not compile is refused with 400."""
 
     log_level: LogLevel = "info"
     """Log level."""

@@ -1,7 +1,9 @@
-"""Prometheus metrics (DESIGN §9) and the per-model ranking of hallucinated tool names.
+"""Prometheus metrics (DESIGN §9), the per-model ranking of hallucinated tool names and the tools
+whose schemas are checked only in part.
 
 Hallucinated names are unbounded, so they are never labels; `UnknownToolStats` keeps a bounded
-count per model for `GET /v1/stats/unknown-tools` instead. Every series carries the wire
+count per model for `GET /v1/stats/unknown-tools` instead, and `SchemaFallbackStats` the tools
+behind `toolsentry_schema_fallbacks_total` for `GET /v1/stats/schema-fallbacks`. Every series carries the wire
 protocol of its requests as the label `api` (`chat`, `responses`, `messages`).
 
 With several worker processes (`serve --workers N`) each worker writes its values to files in
@@ -12,8 +14,8 @@ it, sums them all. One process keeps its values in memory, as fast as plain coun
 from __future__ import annotations
 
 import enum
-from collections import Counter
-from collections.abc import Iterable
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +31,7 @@ from prometheus_client import (
 from prometheus_client import Counter as PromCounter
 
 from proxy.errors import ConfigError
+from proxy.guard.dialect import SchemaFallback
 
 _LATENCY_BUCKETS = (
     0.0005,
@@ -146,6 +149,14 @@ BUDGET_REFUSALS = Family(
     "429; finish: the closing answer); a session refused twice counts twice.",
     ("model", "api"),
 )
+SCHEMA_FALLBACKS = Family(
+    "toolsentry_schema_fallbacks",
+    "Requests with a tool whose schema the validator could not compile even in the lenient "
+    "schema_dialect, by reason (unknown_type, unresolved_ref, invalid_schema): its calls are "
+    "checked for the name, an object of arguments, the required keys and each property that "
+    "compiles.",
+    ("model", "reason"),
+)
 UPSTREAM_SECONDS = Family(
     "toolsentry_upstream_seconds",
     "Time spent waiting for upstreams, all attempts of a request together.",
@@ -243,6 +254,8 @@ class Metrics:
         self.trace_spans_dropped = TRACE_SPANS_DROPPED.counter(r)
         self.budget_exhausted = BUDGET_EXHAUSTED.counter(r)
         self.budget_refusals = BUDGET_REFUSALS.counter(r)
+        self.schema_fallbacks = SCHEMA_FALLBACKS.counter(r)
+        self.schema_fallback_tools = SchemaFallbackStats()
         self.key_requests = KEY_REQUESTS.counter(r)
         self._keys: dict[tuple[str, str], PromCounter] = {}
         self.upstream_seconds = UPSTREAM_SECONDS.histogram(r)
@@ -266,6 +279,14 @@ class Metrics:
         if child is None:
             child = self._keys[(key, status)] = self.key_requests.labels(key, status)
         return child
+
+    def count_schema_fallbacks(self, model: str, fallbacks: Sequence[SchemaFallback]) -> bool:
+        """Count one request of `model` whose tools are checked only in part, once per reason,
+        and keep its tools for `GET /v1/stats/schema-fallbacks`. True when its tool list was not
+        seen before (to be logged once)."""
+        for reason in dict.fromkeys(f.reason for f in fallbacks):
+            self.schema_fallbacks.labels(model, reason.value).inc()
+        return self.schema_fallback_tools.add(model, fallbacks)
 
     def render(self) -> bytes:
         """The exposition text for /metrics: this process's values, or every worker's summed."""
@@ -381,6 +402,48 @@ class UnknownToolStats:
                 for model, counts in sorted(self._leaks.items())
             },
         }
+
+
+class SchemaFallbackStats:
+    """The tools checked only in part (`proxy.guard.dialect`), per model: each with its reason,
+    the validator's words and the requests that declared it; at most `max_tools` a model."""
+
+    def __init__(self, max_tools: int = 1000, max_lists: int = 1024) -> None:
+        self._max_tools = max_tools
+        self._tools: dict[str, dict[tuple[str, str, str], int]] = {}
+        # The fallbacks of the tool lists already reported, by identity: a compiled tool list
+        # holds one tuple of them, shared by every request that sends that list. Each is kept
+        # while remembered, so that its id is not reused.
+        self._lists: OrderedDict[int, Sequence[SchemaFallback]] = OrderedDict()
+        self._max_lists = max_lists
+
+    def add(self, model: str, fallbacks: Sequence[SchemaFallback]) -> bool:
+        """Count one request of `model` whose tools fell back; True when this tool list (its
+        `ToolIndex.fallbacks`) was not seen before, so that it is logged once."""
+        tools = self._tools.setdefault(model, {})
+        for fallback in fallbacks:
+            key = (fallback.tool, fallback.reason.value, fallback.detail)
+            if key in tools or len(tools) < self._max_tools:
+                tools[key] = tools.get(key, 0) + 1
+        if id(fallbacks) in self._lists:
+            self._lists.move_to_end(id(fallbacks))
+            return False
+        self._lists[id(fallbacks)] = fallbacks
+        if len(self._lists) > self._max_lists:
+            self._lists.popitem(last=False)
+        return True
+
+    def report(self, limit: int = 100) -> dict[str, Any]:
+        """`{"models": {model: [{"tool", "reason", "detail", "requests"}, ...]}}`, most requests
+        first."""
+        models = {}
+        for model, tools in sorted(self._tools.items()):
+            ranked = sorted(tools.items(), key=lambda item: -item[1])[:limit]
+            models[model] = [
+                {"tool": tool, "reason": reason, "detail": detail, "requests": requests}
+                for (tool, reason, detail), requests in ranked
+            ]
+        return {"object": "schema_fallbacks.stats", "models": models}
 
 
 class ShadowMetrics:

@@ -29,6 +29,7 @@ COMPONENTS = frozenset(
         "claude",  # the pinned Claude Code in clients/node_modules (make clients)
         "promtool",  # Prometheus's rule checker (Debian: prometheus)
         "wrk",  # the benchmarks' load generator, for their smoke tests (Debian: wrk)
+        "corpus",  # the function-declaration corpora in .cache/corpus (make corpus)
         "vllm",  # a real vLLM server (scripts/vllm-cpu start) for tests/live
     }
 )

@@ -42,6 +42,7 @@ import orjson
 
 from proxy.errors import BadRequestError, PayloadTooLargeError
 from proxy.guard.channels import Channel, Violation
+from proxy.guard.dialect import SchemaDialect, SchemaFallback, Uncompilable, read_leniently
 from proxy.guard.leaks import LeakedCall, find_leaked_calls, find_leaked_calls_in_reasoning
 
 # Compiled tool lists kept, by the size of their JSON: a compiled list holds about 18 times its
@@ -62,17 +63,19 @@ _UNCHECKABLE_KINDS = (
 
 @dataclass(frozen=True, slots=True)
 class GuardLimits:
-    """What a request's `tools` may cost (DESIGN §9); `compile_tools` rejects anything larger.
+    """What a request's `tools` may cost (DESIGN §9), and how their schemas are read;
+    `compile_tools` rejects anything larger.
 
     `max_schema_bytes` and `max_schema_depth` apply to each tool's `parameters` (compact JSON size,
     nesting of objects and arrays); `max_tools_bytes` to the whole list (its compact JSON: a
-    larger one is refused with 413, never compiled).
+    larger one is refused with 413, never compiled). `schema_dialect`: see `proxy.guard.dialect`.
     """
 
     max_tools: int = 512
     max_schema_bytes: int = 262_144
     max_schema_depth: int = 64
     max_tools_bytes: int = 1_048_576  # the whole list's compact JSON: compiling it holds the loop
+    schema_dialect: SchemaDialect = SchemaDialect.LENIENT
 
 
 DEFAULT_LIMITS: Final = GuardLimits()
@@ -87,18 +90,23 @@ class SchemaError:
 
 
 class ToolIndex:
-    """The compiled view of one request's `tools`. Immutable and shared through the cache."""
+    """The compiled view of one request's `tools`. Immutable and shared through the cache.
 
-    __slots__ = ("_schemas", "_validators", "names")
+    `fallbacks`: the tools whose schema is checked only in part (the lenient dialect), in order.
+    """
+
+    __slots__ = ("_schemas", "_validators", "fallbacks", "names")
 
     def __init__(
         self,
         schemas: Mapping[str, dict[str, Any]],
         validators: Mapping[str, jsonschema_rs.Validator],
+        fallbacks: tuple[SchemaFallback, ...] = (),
     ) -> None:
         self.names: tuple[str, ...] = tuple(schemas)
         self._schemas = dict(schemas)
         self._validators = dict(validators)
+        self.fallbacks = fallbacks
 
     def __repr__(self) -> str:
         return f"ToolIndex(names={self.names!r})"
@@ -108,7 +116,9 @@ class ToolIndex:
         return isinstance(name, str) and name in self._schemas
 
     def schema(self, name: str) -> dict[str, Any] | None:
-        """The declared `parameters` of `name` (`{}` when it declared none); None if undeclared.
+        """The `parameters` of `name` as the guard reads them (`{}` when it declared none: the
+        declared schema, in the lenient dialect its standard form, or the part of it checked);
+        None if undeclared.
 
         The dict is shared by every request with the same tools: read it, do not change it.
         """
@@ -212,7 +222,8 @@ def compile_tools(tools: object, limits: GuardLimits = DEFAULT_LIMITS) -> ToolIn
     Returns `EMPTY_INDEX` for None or an empty list. Tools of a type other than `function` are
     declared names without a schema. Raises `BadRequestError` (`param="tools"`) when `tools` is not
     a list of tool objects, a function has no name, two different tools share a name, `parameters`
-    is not a valid JSON Schema, or a limit of `limits` is exceeded (the message names the limit).
+    is not a valid JSON Schema (in the strict dialect; the lenient one checks what it can, see
+    `ToolIndex.fallbacks`), or a limit of `limits` is exceeded (the message names the limit).
     """
     if tools is None:
         return EMPTY_INDEX
@@ -505,10 +516,20 @@ def _is_blank(message: Mapping[str, Any]) -> bool:
 
 def _build(tools: list[object], limits: GuardLimits) -> ToolIndex:
     schemas, pending = _checked(tools, limits)
-    validators = {
-        name: _compile_schema(position, name, parameters) for position, name, parameters in pending
-    }
-    return ToolIndex(schemas, validators)
+    validators: dict[str, jsonschema_rs.Validator] = {}
+    fallbacks: list[SchemaFallback] = []
+    for position, name, parameters in pending:
+        if limits.schema_dialect is SchemaDialect.LENIENT:
+            schemas[name], validators[name], fallback = read_leniently(name, parameters, _validator)
+            fallbacks.extend(() if fallback is None else (fallback,))
+            continue
+        try:
+            validators[name] = _validator(parameters)
+        except Uncompilable as exc:
+            raise _bad(
+                f"tools[{position}] ('{name}'): parameters is not a valid JSON Schema: {_clip(exc.message, 200)}"
+            ) from None
+    return ToolIndex(schemas, validators, tuple(fallbacks))
 
 
 def _checked(
@@ -552,7 +573,8 @@ def _checked(
     return schemas, pending
 
 
-def _compile_schema(position: int, name: str, schema: dict[str, Any]) -> jsonschema_rs.Validator:
+def _validator(schema: dict[str, Any]) -> jsonschema_rs.Validator:
+    """`schema` compiled. Raises `Uncompilable` with the validator's first line of why not."""
     try:
         return jsonschema_rs.validator_for(
             schema,
@@ -564,9 +586,10 @@ def _compile_schema(position: int, name: str, schema: dict[str, Any]) -> jsonsch
         )
     except (ValueError, jsonschema_rs.ReferencingError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise _bad(
-            f"tools[{position}] ('{name}'): parameters is not a valid JSON Schema: {_clip(reason, 200)}"
-        ) from None
+        unresolved = isinstance(exc, jsonschema_rs.ReferencingError) or isinstance(
+            getattr(exc, "kind", None), jsonschema_rs.ValidationErrorKind.Referencing
+        )
+        raise Uncompilable(reason, unresolved_ref=unresolved) from None
 
 
 def _check_size(position: int, name: str, schema: dict[str, Any], limits: GuardLimits) -> None:

@@ -19,7 +19,7 @@ from proxy.errors import (
 )
 from proxy.http.auth import Keys
 from proxy.http.replies import JSONReply
-from proxy.metrics import CONTENT_TYPE, Metrics, UnknownToolStats
+from proxy.metrics import CONTENT_TYPE, Metrics, SchemaFallbackStats, UnknownToolStats
 from proxy.session.budget import owned, scoped
 from proxy.session.stores import SessionRecord, SessionStore
 from proxy.shadow import Shadow
@@ -39,7 +39,14 @@ def add_routes(
 ) -> None:
     """Register the routes on `app`."""
     _add_service_routes(app, settings=settings, router=router, metrics=metrics, keys=keys)
-    _add_admin_routes(app, store=store, unknown=unknown, keys=keys, shadow=shadow)
+    _add_admin_routes(
+        app,
+        store=store,
+        unknown=unknown,
+        keys=keys,
+        shadow=shadow,
+        schema_fallbacks=metrics.schema_fallback_tools,
+    )
 
 
 def _add_service_routes(
@@ -133,6 +140,7 @@ def _add_admin_routes(
     unknown: UnknownToolStats,
     keys: Keys,
     shadow: Shadow | None,
+    schema_fallbacks: SchemaFallbackStats,
 ) -> None:
     """The session API (a client key's own sessions, the admin key's all) and the statistics
     (behind the admin key)."""
@@ -177,3 +185,8 @@ def _add_admin_routes(
     async def unknown_tool_stats(request: Request, limit: int = 20) -> Response:
         keys.require_admin(request.headers)
         return JSONReply(orjson.dumps(unknown.top(max(1, min(limit, 1000)))))
+
+    @app.get("/v1/stats/schema-fallbacks")
+    async def schema_fallback_stats(request: Request, limit: int = 100) -> Response:
+        keys.require_admin(request.headers)
+        return JSONReply(orjson.dumps(schema_fallbacks.report(max(1, min(limit, 1000)))))

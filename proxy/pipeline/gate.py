@@ -15,11 +15,12 @@ from typing import Any
 from proxy.config import Settings
 from proxy.errors import BadRequestError, BudgetExhaustedError
 from proxy.guard.channels import Channel
+from proxy.guard.dialect import SchemaFallback
 from proxy.guard.repair import ConstraintSupport, RepairMode, StructuredOutputs
 from proxy.guard.tool_errors import ToolErrorTable, identify_client
 from proxy.guard.toolcheck import GuardLimits, ToolIndex, configure_cache
 from proxy.headers import MAX_ERRORS_HEADER, REPAIR_HEADER
-from proxy.logs import log_request
+from proxy.logs import get_logger, log_request
 from proxy.metrics import Metrics, ModelLabels, UnknownToolStats
 from proxy.pipeline.turn import Exchange, Turn
 from proxy.protocols.base import TurnView, WireProtocol
@@ -54,6 +55,7 @@ class Pipeline:
             max_schema_bytes=settings.max_schema_bytes,
             max_schema_depth=settings.max_schema_depth,
             max_tools_bytes=settings.max_tools_bytes,
+            schema_dialect=settings.schema_dialect,
         )
         configure_cache(settings.tool_cache_bytes)
         self._session_headers = tuple(name.lower() for name in settings.session_headers)
@@ -88,6 +90,8 @@ class Pipeline:
         """
         view = protocol.view(body, index)
         model = self.model_label(view.model)
+        if view.index.fallbacks:
+            self._report_fallbacks(model, view.index.fallbacks)
         upstream = self.router.pick(view.model)
         previous = view.hints.previous_response_id
         chained = await self.store.session_of_response(previous) if previous else None
@@ -174,6 +178,19 @@ class Pipeline:
                 "latency_ms": round((time.perf_counter() - exchange.started) * 1000, 3),
             }
         )
+
+    def _report_fallbacks(self, model: str, fallbacks: tuple[SchemaFallback, ...]) -> None:
+        """Say that this request's tools are checked only in part: counted per reason, in the
+        statistics, and logged once per tool list."""
+        if self.metrics.count_schema_fallbacks(model, fallbacks):
+            get_logger().warning(
+                "schema_fallback",
+                model=model,
+                tools=[
+                    {"tool": f.tool, "reason": f.reason.value, "detail": f.detail}
+                    for f in fallbacks
+                ],
+            )
 
     async def _claim_tool_errors(
         self, session: str, view: TurnView, headers: Mapping[str, str], api: str

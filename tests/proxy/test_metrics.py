@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from proxy.errors import ConfigError
-from proxy.metrics import Metrics, UnknownToolStats
+from proxy.guard.dialect import FallbackReason, SchemaFallback
+from proxy.metrics import Metrics, SchemaFallbackStats, UnknownToolStats
 from tests.proxy.metrics_text import metric
 from tests.proxy.system.support import REPO
 
@@ -121,3 +122,32 @@ def test_calls_written_as_text_are_counted_per_model_and_format() -> None:
     assert stats.top()["leaked_formats"] == {
         "m": [{"format": "hermes", "count": 2}, {"format": "kimi_k2", "count": 1}]
     }
+
+
+def fell_back(*tools: str) -> tuple[SchemaFallback, ...]:
+    """A compiled tool list's fallbacks: each tool with an unknown type."""
+    return tuple(
+        SchemaFallback(t, FallbackReason.UNKNOWN_TYPE, "unknown type 'Point'") for t in tools
+    )
+
+
+def test_schema_fallbacks_are_counted_per_request_and_reason_and_new_once_per_tool_list() -> None:
+    metrics = Metrics()
+    listed = fell_back("a", "b")
+    assert metrics.count_schema_fallbacks("m", listed)
+    assert not metrics.count_schema_fallbacks("m", listed)  # the same compiled list again
+    assert metrics.count_schema_fallbacks("m", fell_back("a", "b"))  # another list, same tools
+    text = metrics.render().decode()
+    assert metric(text, "toolsentry_schema_fallbacks_total", model="m", reason="unknown_type") == 3
+    [a, b] = metrics.schema_fallback_tools.report()["models"]["m"]
+    assert (a["tool"], a["reason"], a["requests"]) == ("a", "unknown_type", 3)
+    assert (b["tool"], b["requests"]) == ("b", 3)
+
+
+def test_schema_fallback_statistics_are_bounded_per_model_and_in_the_lists_remembered() -> None:
+    stats = SchemaFallbackStats(max_tools=2, max_lists=2)
+    first = fell_back("a")
+    for tools in (first, fell_back("b"), fell_back("c")):
+        assert stats.add("m", tools)
+    assert [t["tool"] for t in stats.report()["models"]["m"]] == ["a", "b"]
+    assert stats.add("m", first)  # forgotten: the two lists remembered are the later ones

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from proxy.errors import BadRequestError
 from proxy.guard import toolcheck
 from proxy.guard.channels import Channel
+from proxy.guard.dialect import FallbackReason, SchemaDialect
 from proxy.guard.toolcheck import GuardLimits, compile_tools, parse_arguments, validate
 from tests.proxy.guard.builders import (
     make_call,
@@ -21,6 +22,7 @@ from tests.proxy.guard.builders import (
 )
 from tests.proxy.guard.strategies import instances, json_values, object_schemas, wrong_type_value
 
+STRICT = GuardLimits(schema_dialect=SchemaDialect.STRICT)
 PROPERTY_SETTINGS = settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
@@ -122,13 +124,7 @@ def test_changing_the_request_after_compiling_does_not_change_the_index() -> Non
             "name must be a non-empty string",
         ),
         ([{"type": "function"}], "tools[0].function must be an object"),
-        ([make_tool("t", parameters={"type": "strin"})], "not a valid JSON Schema"),
-        ([make_tool("t", parameters={"pattern": "(("})], "not a valid JSON Schema"),
         ([make_tool("t", parameters=["not", "a", "schema"])], "must be a JSON Schema object"),
-        (
-            [make_tool("t", parameters={"$ref": "https://example.com/schema.json"})],
-            "not a valid JSON Schema",
-        ),
         (
             [make_tool("t", {"a": {"type": "string"}}), make_tool("t", {"b": {"type": "string"}})],
             "two different tools",
@@ -140,6 +136,42 @@ def test_invalid_tool_definitions_are_a_bad_request_about_tools(tools: Any, frag
         compile_tools(tools)
     assert fragment in caught.value.message
     assert caught.value.param == "tools"
+
+
+UNCOMPILABLE = [
+    pytest.param({"type": "strin"}, FallbackReason.UNKNOWN_TYPE, id="unknown-type"),
+    pytest.param({"pattern": "(("}, FallbackReason.INVALID_SCHEMA, id="bad-pattern"),
+    pytest.param(
+        {"$ref": "https://example.com/schema.json"}, FallbackReason.UNRESOLVED_REF, id="remote-ref"
+    ),
+]
+
+
+@pytest.mark.parametrize(("parameters", "reason"), UNCOMPILABLE)
+def test_a_schema_the_validator_cannot_compile_is_a_bad_request_in_the_strict_dialect(
+    parameters: dict[str, Any], reason: FallbackReason
+) -> None:
+    with pytest.raises(BadRequestError) as caught:
+        compile_tools([make_tool("t", parameters=parameters)], STRICT)
+    assert "tools[0] ('t'): parameters is not a valid JSON Schema" in caught.value.message
+    assert caught.value.param == "tools"
+
+
+@pytest.mark.parametrize(("parameters", "reason"), UNCOMPILABLE)
+def test_a_schema_the_validator_cannot_compile_falls_back_to_names_and_required_keys_by_default(
+    parameters: dict[str, Any], reason: FallbackReason
+) -> None:
+    index = compile_tools([make_tool("t", parameters={**parameters, "required": ["id"]})])
+    assert [(f.tool, f.reason) for f in index.fallbacks] == [("t", reason)]
+    assert index.check("t", {"id": 1, "anything": "else"}) == []
+    assert [e.pointer for e in index.check("t", {"other": 1})] == ["/id"]
+
+
+def test_a_standard_schema_compiles_as_declared_without_a_fallback() -> None:
+    tools = retail_tools()
+    index = compile_tools(tools)
+    assert index.fallbacks == ()
+    assert index.schema("get_order_details") == tools[0]["function"]["parameters"]
 
 
 def test_the_same_tool_declared_twice_is_accepted_once() -> None:

@@ -107,6 +107,8 @@ def test_log_bodies_shows_contents_but_still_no_keys(
         ("/v1/sessions/anyone", {"authorization": f"Bearer {CLIENT_KEY}"}, 404),  # not its own
         ("/v1/stats/unknown-tools", {"authorization": f"Bearer {CLIENT_KEY}"}, 401),
         ("/v1/stats/unknown-tools", {"x-admin-key": ADMIN_KEY}, 200),
+        ("/v1/stats/schema-fallbacks", {"authorization": f"Bearer {CLIENT_KEY}"}, 401),
+        ("/v1/stats/schema-fallbacks", {"x-admin-key": ADMIN_KEY}, 200),
         ("/v1/models", {}, 401),
         ("/v1/models", {"authorization": f"Bearer {CLIENT_KEY}"}, 200),
     ],
