@@ -139,6 +139,13 @@ BUDGET_REFUSALS = Family(
     "429; finish: the closing answer); a session refused twice counts twice.",
     ("model", "api"),
 )
+SESSION_STORE_ERRORS = Family(
+    "toolsentry_session_store_errors",
+    "Session store failures while serving a request, by phase: begin (the request was refused "
+    "503 before it reached an upstream) or count (an answer's counts could not be written: "
+    "the client got the protocol's error instead of the answer, or of the rest of its stream).",
+    ("phase", "api"),
+)
 UPSTREAM_SECONDS = Family(
     "toolsentry_upstream_seconds",
     "Time spent waiting for upstreams, all attempts of a request together.",
@@ -218,6 +225,7 @@ class Metrics:
         self.budget_exhausted = BUDGET_EXHAUSTED.counter(r)
         self.budget_refusals = BUDGET_REFUSALS.counter(r)
         self.key_requests = KEY_REQUESTS.counter(r)
+        self.session_store_errors = SESSION_STORE_ERRORS.counter(r)
         self._keys: dict[tuple[str, str], PromCounter] = {}
         self.upstream_seconds = UPSTREAM_SECONDS.histogram(r)
         self.overhead_seconds = OVERHEAD_SECONDS.histogram(r)

@@ -13,13 +13,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.config import Settings
-from proxy.errors import BadRequestError, BudgetExhaustedError
+from proxy.errors import BadRequestError, BudgetExhaustedError, SessionStoreError
 from proxy.guard.channels import Channel
 from proxy.guard.repair import ConstraintSupport, RepairMode, StructuredOutputs
 from proxy.guard.tool_errors import ToolErrorTable, identify_client
 from proxy.guard.toolcheck import GuardLimits, ToolIndex, configure_cache
 from proxy.headers import MAX_ERRORS_HEADER, REPAIR_HEADER
-from proxy.logs import log_request
+from proxy.logs import get_logger, log_request
 from proxy.metrics import Metrics, ModelLabels, UnknownToolStats
 from proxy.pipeline.turn import Exchange, Turn
 from proxy.protocols.base import TurnView, WireProtocol
@@ -153,6 +153,12 @@ class Pipeline:
     def structured_outputs(self, upstream: str) -> StructuredOutputs:
         """The configured `structured_outputs` of the upstream named `upstream`."""
         return self._structured_outputs.get(upstream, StructuredOutputs.AUTO)
+
+    def store_failed(self, exc: SessionStoreError, *, api: str, phase: str) -> None:
+        """Count and log a session store failure of a request of protocol `api` (its phase:
+        `begin`, `count`); the request's own log line follows when it ends."""
+        self.metrics.session_store_errors.labels(phase, api).inc()
+        get_logger().error("session_store_failed", api=api, phase=phase, error=exc.message)
 
     def model_label(self, model: object) -> str:
         """The `model` label of a request's metrics, bounded (see ModelLabels)."""
