@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,15 +22,14 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-import yaml
 
+from proxy.protocols.answer import Answer
 from proxy.protocols.base import API
 from proxy.testing import SSE, LoopbackServer, ScriptedUpstream, answer, call, stream_events
 from tests.conftest import RedisServer
-from tests.processes import port_options, reported_port, stop_process, tail
 from tests.proxy.metrics_text import metric
+from tests.proxy.system.support import ProxyProcess
 
-REPO = Path(__file__).resolve().parents[3]
 WAIT = 30.0  # the most anything is waited for; nothing is timed
 INVALID = "launch_rockets"  # a tool no request declares
 TEXT = "Let me check."
@@ -44,29 +42,33 @@ PATHS = {
 SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}}}
 
 
-def request(api: API, stage: str) -> dict[str, Any]:
-    """A streamed request of `api` declaring one tool; `stage` tells the upstream where to hold."""
+def request(api: API, stage: str, *, stream: bool = True) -> dict[str, Any]:
+    """A request of `api` declaring one tool; `stage` tells the upstream where to hold."""
     if api is API.RESPONSES:
         tool = {"type": "function", "name": "get_order", "parameters": SCHEMA}
-        return {"model": "scripted-model", "input": stage, "tools": [tool], "stream": True}
+        return {"model": "scripted-model", "input": stage, "tools": [tool], "stream": stream}
     if api is API.MESSAGES:
         tool = {"name": "get_order", "input_schema": SCHEMA}
         messages = [{"role": "user", "content": stage}]
         body = {"model": "scripted-model", "max_tokens": 64, "messages": messages}
-        return {**body, "tools": [tool], "stream": True}
+        return {**body, "tools": [tool], "stream": stream}
     tool = {"type": "function", "function": {"name": "get_order", "parameters": SCHEMA}}
     messages = [{"role": "user", "content": stage}]
-    return {"model": "scripted-model", "messages": messages, "tools": [tool], "stream": True}
+    return {"model": "scripted-model", "messages": messages, "tools": [tool], "stream": stream}
 
 
 def held_upstream(release: threading.Event) -> ScriptedUpstream:
     """An upstream that streams ANSWER and holds the stream (until `release`) where the request
     says: `after_call` once the call and its finish went out (before the stream's last event),
-    `before_call` once the text went out and before the call's first event."""
+    `before_call` once the text went out and before the call's first event. A plain answer is
+    held before anything is sent."""
     upstream = ScriptedUpstream()
 
-    def handler(body: dict[str, Any]) -> SSE:
+    def handler(body: dict[str, Any]) -> SSE | Answer:
         api = upstream.apis[-1]
+        if not body.get("stream"):  # a plain answer, held whole (this upstream serves one)
+            release.wait(WAIT)
+            return ANSWER
         events = stream_events(ANSWER, api, body, fragment=None)
         if "before_call" in orjson.dumps(body).decode():
             held = next(i for i, e in enumerate(events) if INVALID in orjson.dumps(e).decode())
@@ -81,23 +83,14 @@ def held_upstream(release: threading.Event) -> ScriptedUpstream:
 
 
 @contextmanager
-def serving(tmp_path: Path, upstream: str, store: str) -> Iterator[subprocess.Popen[bytes]]:
-    """A real `toolsentry serve` over `store`, repair off; its process (`port` set on it)."""
-    config = tmp_path / "toolsentry.yaml"
-    upstreams = [{"name": "scripted", "base_url": f"{upstream}/v1", "models": ["scripted-model"]}]
-    settings = {"upstreams": upstreams, "retries": 0, "repair": "off", "store": store}
-    config.write_text(yaml.safe_dump(settings))
-    log, port_file = tmp_path / "serve.log", tmp_path / "serve.port"
-    command = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config)]
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [*command, *port_options(port_file)], cwd=REPO, stdout=out, stderr=out
-        )
+def serving(tmp_path: Path, upstream: str, store: str) -> Iterator[ProxyProcess]:
+    """A real `toolsentry serve` over `store`, repair off (stopped at the end unless killed)."""
+    log = tmp_path / "serve.log"
+    proxy = ProxyProcess(f"{upstream}/v1", log, "--repair", "off", "--store", store)
     try:
-        process.port = reported_port(process, port_file, tail(log))  # type: ignore[attr-defined]
-        yield process
+        yield proxy.wait_ready()
     finally:
-        stop_process(process, timeout=10)
+        proxy.stop()
 
 
 class ClientStream:
@@ -206,7 +199,7 @@ def test_a_redis_killed_mid_stream_loses_no_count_and_cuts_no_stream(
     with (
         LoopbackServer(upstream.app) as server,
         serving(tmp_path, server.url, redis.url) as proxy,
-        httpx.Client(base_url=f"http://127.0.0.1:{proxy.port}", timeout=WAIT) as http,  # type: ignore[attr-defined]
+        httpx.Client(base_url=proxy.url, timeout=WAIT) as http,
     ):
         streams = [ClientStream(http, api, "after_call"), ClientStream(http, api, "before_call")]
         streams[0].until(INVALID if api is not API.RESPONSES else "response.completed")
@@ -250,17 +243,58 @@ def test_a_proxy_killed_mid_stream_over_sqlite_has_counted_the_call_its_client_g
     with LoopbackServer(upstream.app) as server:
         with (
             serving(tmp_path, server.url, store) as proxy,
-            httpx.Client(base_url=f"http://127.0.0.1:{proxy.port}", timeout=WAIT) as http,  # type: ignore[attr-defined]
+            httpx.Client(base_url=proxy.url, timeout=WAIT) as http,
         ):
             stream = ClientStream(http, api, "after_call")
             stream.until(INVALID)
-            os.kill(proxy.pid, signal.SIGKILL)
-            proxy.wait(WAIT)
+            proxy.kill()
             stream.rest()
         release.set()
         assert stream.calls_received == 1
         with (
             serving(tmp_path, server.url, store) as proxy,
-            httpx.Client(base_url=f"http://127.0.0.1:{proxy.port}", timeout=WAIT) as http,  # type: ignore[attr-defined]
+            httpx.Client(base_url=proxy.url, timeout=WAIT) as http,
         ):
             assert counted_errors(http, stream.session) == 1
+
+
+@pytest.mark.parametrize("api", list(API), ids=[a.value for a in API])
+def test_a_plain_answer_whose_count_the_store_cannot_take_is_a_503_in_the_protocols_shape(
+    tmp_path: Path, durable_redis: Callable[[int | None], RedisServer], api: API
+) -> None:
+    redis = durable_redis(None)
+    release = threading.Event()
+    upstream = held_upstream(release)
+    headers = {"x-session-id": f"{api.value}-plain", "anthropic-version": "2023-06-01"}
+    with (
+        LoopbackServer(upstream.app) as server,
+        serving(tmp_path, server.url, redis.url) as proxy,
+        httpx.Client(base_url=proxy.url, timeout=WAIT) as http,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        body = request(api, "plain", stream=False)
+        answered = pool.submit(http.post, PATHS[api], json=body, headers=headers)
+        for _ in range(int(WAIT / 0.01)):  # the session's gate has passed: the upstream is asked
+            if upstream.requests or answered.done():
+                break
+            threading.Event().wait(0.01)
+        os.kill(redis.process.pid, signal.SIGKILL)
+        redis.process.wait(WAIT)
+        release.set()
+        response = answered.result(WAIT)
+        assert response.status_code == 503, response.text
+        error = response.json()["error"]
+        assert error["type"] == "session_store_unavailable"
+        assert INVALID not in response.text  # the answer it could not count is not sent
+        if api is API.MESSAGES:
+            assert response.json()["type"] == "error"
+        # With the store still down, the next request stops at its gate, before any upstream.
+        refused = http.post(PATHS[api], json=body, headers=headers)
+        assert refused.status_code == 503, refused.text
+        assert len(upstream.requests) == 1
+        page = http.get("/metrics").text
+        for phase in ("count", "begin"):
+            name = "toolsentry_session_store_errors_total"
+            assert metric(page, name, phase=phase, api=api.value) == 1
+    release.set()
+    assert_structured(tmp_path / "serve.log", "session_store_failed")
