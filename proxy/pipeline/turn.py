@@ -273,7 +273,8 @@ class Turn:
         return True
 
     def fail(self, exc: UpstreamError, *, ends_request: bool = True) -> None:
-        """Count an upstream failure (after retries) in the session and the metrics.
+        """Count an upstream failure (after retries) in the metrics now and in the session at the
+        turn's next `commit` (with its other counts: no store round trip of its own).
 
         A refusal (4xx) is the upstream answering, not failing, and a pool with no connection
         free is the proxy's own back-pressure (the client is told to retry): neither is charged. With
@@ -291,7 +292,7 @@ class Turn:
         self._failed = self._failed or ends_request
 
     def answered(self, response_id: str | None) -> None:
-        """Note the id of an upstream response of this turn (`Reply.response_id`): `close` links
+        """Note the id of an upstream response of this turn (`Reply.response_id`): `commit` links
         it to the session, so a request continuing from it stays in the session."""
         if response_id is not None:
             self._responses.append(response_id)
