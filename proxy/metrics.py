@@ -157,6 +157,13 @@ SCHEMA_FALLBACKS = Family(
     "compiles.",
     ("model", "reason"),
 )
+SESSION_STORE_ERRORS = Family(
+    "toolsentry_session_store_errors",
+    "Session store failures while serving a request, by phase: begin (the request was refused "
+    "503 before it reached an upstream) or count (an answer's counts could not be written: "
+    "the client got the protocol's error instead of the answer, or of the rest of its stream).",
+    ("phase", "api"),
+)
 UPSTREAM_SECONDS = Family(
     "toolsentry_upstream_seconds",
     "Time spent waiting for upstreams, all attempts of a request together.",
@@ -257,6 +264,7 @@ class Metrics:
         self.schema_fallbacks = SCHEMA_FALLBACKS.counter(r)
         self.schema_fallback_tools = SchemaFallbackStats()
         self.key_requests = KEY_REQUESTS.counter(r)
+        self.session_store_errors = SESSION_STORE_ERRORS.counter(r)
         self._keys: dict[tuple[str, str], PromCounter] = {}
         self.upstream_seconds = UPSTREAM_SECONDS.histogram(r)
         self.overhead_seconds = OVERHEAD_SECONDS.histogram(r)

@@ -8,8 +8,9 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -63,19 +64,22 @@ class RedisServer:
             return sock.recv(4096)
 
 
-def _start_redis(binary: str) -> RedisServer:
+def _start_redis(
+    binary: str, persistence: tuple[str, ...] = ("--appendonly", "no"), port: int | None = None
+) -> RedisServer:
     last_error = ""
     # redis-server cannot bind port 0 and report it (`--port 0` turns TCP off), so a free port is
-    # chosen here; one taken between choosing it and binding it is chosen again.
+    # chosen here (unless `port` is given); one taken between choosing it and binding it is
+    # chosen again.
     for _ in range(3):
-        port = free_port()
-        options = ["--save", "", "--appendonly", "no", "--port", str(port), "--bind", "127.0.0.1"]
+        listen = port or free_port()
+        options = ["--save", "", *persistence, "--port", str(listen), "--bind", "127.0.0.1"]
         process = subprocess.Popen(
             [binary, *options],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
-        server = RedisServer(port, process)
+        server = RedisServer(listen, process)
         deadline = time.monotonic() + 60  # a safety net: a busy machine starts it late
         while process.poll() is None and time.monotonic() < deadline:
             try:
@@ -114,6 +118,29 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
     finally:
         _stop_redis(server)
+
+
+@pytest.fixture
+def durable_redis(tmp_path: Path) -> Iterator[Callable[[int | None], RedisServer]]:
+    """Starts `redis-server`s that keep every write they acknowledged (an append-only file in
+    the test's directory, fsync'd at each write), so that one killed with SIGKILL and started
+    again on its port (`start(port)`) has its data; each is stopped at the test's end."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        require("redis", REDIS_MISSING)
+    started: list[RedisServer] = []
+    persistence = ("--appendonly", "yes", "--appendfsync", "always", "--dir", str(tmp_path))
+
+    def start(port: int | None = None) -> RedisServer:
+        server = _start_redis(binary, persistence, port)
+        started.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            _stop_redis(server)
 
 
 @pytest.fixture

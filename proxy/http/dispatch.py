@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from proxy import tracing
-from proxy.errors import BadRequestError, ToolsentryError, status_of
+from proxy.errors import BadRequestError, SessionStoreError, ToolsentryError, status_of
 from proxy.guard.channels import Channel
 from proxy.http.auth import Keys
 from proxy.http.body import read_body
@@ -92,6 +92,8 @@ class TurnRoute:
                 await self._failed(exchange, _CLIENT_GONE, "client_disconnected")
                 return
             except ToolsentryError as exc:
+                if isinstance(exc, SessionStoreError) and exchange.turn is None:
+                    self.pipeline.store_failed(exc, api=self.protocol.api, phase="begin")
                 await self._failed(exchange, status_of(exc), exc.error_type)
                 body = self.protocol.error(exc)
                 response = JSONReply(orjson.dumps(body), status_of(exc), exc.headers)
@@ -145,10 +147,7 @@ class TurnRoute:
         if turn is None:
             self.pipeline.refused(exchange, status, error)
         elif not turn.closed:
-            try:
-                await turn.close(status)
-            except ToolsentryError as exc:  # the session store failed as well: say so, answer
-                get_logger().error("turn_close_failed", error=exc.message)
+            await turn.close(status)  # a store failing there is counted, logged, not raised
 
 
 _LAX_BOOL: TypeAdapter[bool | None] = TypeAdapter(bool | None)

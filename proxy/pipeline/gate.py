@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.config import Settings
-from proxy.errors import BadRequestError, BudgetExhaustedError
+from proxy.errors import BadRequestError, BudgetExhaustedError, SessionStoreError
 from proxy.guard.channels import Channel
 from proxy.guard.dialect import SchemaFallback
 from proxy.guard.repair import ConstraintSupport, RepairMode, StructuredOutputs
@@ -157,6 +157,12 @@ class Pipeline:
     def structured_outputs(self, upstream: str) -> StructuredOutputs:
         """The configured `structured_outputs` of the upstream named `upstream`."""
         return self._structured_outputs.get(upstream, StructuredOutputs.AUTO)
+
+    def store_failed(self, exc: SessionStoreError, *, api: str, phase: str) -> None:
+        """Count and log a session store failure of a request of protocol `api` (its phase:
+        `begin`, `count`); the request's own log line follows when it ends."""
+        self.metrics.session_store_errors.labels(phase, api).inc()
+        get_logger().error("session_store_failed", api=api, phase=phase, error=exc.message)
 
     def model_label(self, model: object) -> str:
         """The `model` label of a request's metrics, bounded (see ModelLabels)."""

@@ -38,8 +38,9 @@ class TurnResult:
 async def complete(turn: Turn, *, raw: bytes | None = None) -> TurnResult:
     """Serve the turn without a stream; `raw`: the client's body as sent.
 
-    Raises UpstreamError (the turn closed with its status) and UnrepairedToolCallError under
-    `on_unrepaired: reject` (closed with 422).
+    Raises UpstreamError (the turn closed with its status), UnrepairedToolCallError under
+    `on_unrepaired: reject` (closed with 422) and SessionStoreError (the answer's counts could
+    not be written; the caller closes the turn).
     """
     protocol = turn.protocol
     if turn.ending is not None:  # the budget's `finish` policy: the turn is closed
@@ -49,7 +50,7 @@ async def complete(turn: Turn, *, raw: bytes | None = None) -> TurnResult:
         response = await turn.send_first(raw)
         reply = protocol.read(response.json(), turn.upstream.name)
     except UpstreamError as exc:
-        await turn.fail(exc)
+        turn.fail(exc)
         await turn.close(status_of(exc))
         raise
     turn.answered(reply.response_id)
@@ -64,6 +65,7 @@ async def complete(turn: Turn, *, raw: bytes | None = None) -> TurnResult:
         settled.append(done)
         usages += done.usage
         changed = changed or done.changed
+    await turn.commit()  # count, then send: a store that fails here fails the request (503)
     report = await turn.close(200)
     if not changed and not usages:
         return TurnResult(200, report.headers(), raw=response.body)

@@ -5,13 +5,15 @@ first byte is an ordinary HTTP error; from then on the returned `TurnStream` own
 upstream response. Its body relays the upstream's events through the protocol's
 `StreamAssembly`: text and keep-alive comments go out the moment they arrive, each choice's tool
 calls are held until it finishes, settled by the turn (validated, repaired by a non-streamed
-re-ask, `on_unrepaired` applied) and sent as the protocol's events. The turn closes before the
-end, and its summary comment goes out before the terminal event:
+re-ask, `on_unrepaired` applied), counted in the session store and only then sent as the
+protocol's events. The turn closes before the end, and its summary comment goes out before the
+terminal event:
 
     : x-toolsentry {"session": "s1", "errors": 1, "max_errors": 10, "repairs": 0, "violations": ["unknown_tool"]}
     data: [DONE]
 
-An error after the first byte ends the stream with the protocol's error event, after the summary.
+An error after the first byte ends the stream with the protocol's error event, after the summary;
+so does a session store that fails to count a held call (which then never goes out).
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ async def open_stream(turn: Turn, *, raw: bytes | None = None) -> TurnStream:
                         raise
             resources.push_async_callback(relay.drain, upstream.chunks)  # before it closes
         except UpstreamError as exc:
-            await turn.fail(exc)
+            turn.fail(exc)
             await turn.close(status_of(exc))
             raise
         finally:
@@ -170,8 +172,11 @@ class _Relay:
                     if finished and out:
                         yield b"".join(out)  # what arrived goes out before a repair is awaited
                         out.clear()
-                    for choice in finished:
-                        out.extend(assembly.release(await turn.settle(choice)))
+                    if finished:
+                        settled = [await turn.settle(choice) for choice in finished]
+                        await turn.commit()  # count, then send
+                        for answer in settled:
+                            out.extend(assembly.release(answer))
                     if assembly.done:
                         break
             except Exception:
@@ -183,6 +188,7 @@ class _Relay:
                 out.clear()
         end = assembly.end()
         turn.answered(assembly.response_id)
+        await turn.commit()  # what is left (a response id's link) before the terminal event
         report = await turn.close(200)
         yield report.comment() + end
 
@@ -203,7 +209,7 @@ class _Relay:
         if turn.closed:  # on_unrepaired: reject closed it with 422 before raising
             return turn.report()
         if isinstance(exc, UpstreamError):
-            await turn.fail(exc)
+            turn.fail(exc)
             return await turn.close(status_of(exc))
         return await turn.close(exc.status_code if isinstance(exc, ToolsentryError) else 500)
 

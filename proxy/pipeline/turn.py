@@ -2,12 +2,16 @@
 
     Pipeline.begin(protocol, body, headers)   session, budget gate, tool errors claimed (gate.py)
       -> Turn.settle(choice)                  validate, local fix, re-ask, on_unrepaired
-      -> Turn.close(status)                   once: session store, metrics, the log line
+      -> Turn.commit()                        the counts so far to the session store, before
+                                              the client gets what they count
+      -> Turn.close(status)                   once: what is left to commit, metrics, the log line
       -> TurnReport                           headers, the stream's summary comment
 
 The drivers (`plain.py`, `stream.py`) only move bytes between the client, the upstream and the
 protocol's adapter; every count the turn makes is made here, and `close` runs once whatever
-happened (a second call returns the first report).
+happened (a second call returns the first report). Count, then send: a driver commits before it
+sends a settled answer (a held tool call included), so a store that fails there fails the
+request (the protocol's error) instead of losing the count of what the client got.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import orjson
 
 from proxy.config import Settings
 from proxy.errors import (
+    SessionStoreError,
     UnrepairedToolCallError,
     UpstreamBusyError,
     UpstreamError,
@@ -85,6 +90,8 @@ class PipelineParts(Protocol):
 
     def constrainer(self, upstream: str, api: str) -> Constrain | None: ...
 
+    def store_failed(self, exc: SessionStoreError, *, api: str, phase: str) -> None: ...
+
     def structured_outputs(self, upstream: str) -> StructuredOutputs: ...
 
 
@@ -93,7 +100,8 @@ class Turn:
 
     The drivers read `body`, `view`, `forward` (the client's headers for the upstream) and
     `upstream`, call `send` for non-streamed upstream requests (time spent there is the
-    upstream's), `settle` for each choice, `fail` when the upstream failed, and `close` once.
+    upstream's), `settle` for each choice, `fail` when the upstream failed, `commit` before the
+    client gets what was settled, and `close` once.
     """
 
     __slots__ = (
@@ -109,8 +117,11 @@ class Turn:
         "_responses",
         "_shadow_first",
         "_started",
+        "_store_error",
+        "_stored",
         "_strict_first",
         "_unrepaired",
+        "_upstream_failures",
         "body",
         "budget",
         "ending",
@@ -170,6 +181,11 @@ class Turn:
         self._client_body = body
         self._first_raw: bytes | None = None
         self._strict_first: Mapping[str, StrictForm] = {}
+        # What `commit` has written: lengths of `_found`, `_unrepaired` and `_responses`, then
+        # `_repaired` and the upstream failures. Counts past them are not in the store yet.
+        self._stored = _Stored()
+        self._upstream_failures = 0
+        self._store_error: SessionStoreError | None = None
 
     def mark_strict(self) -> None:
         """`enforce_strict`: declare the client's tools strict (in their strict forms) on the
@@ -256,8 +272,9 @@ class Turn:
         )
         return True
 
-    async def fail(self, exc: UpstreamError, *, ends_request: bool = True) -> None:
-        """Count an upstream failure (after retries) in the session and the metrics.
+    def fail(self, exc: UpstreamError, *, ends_request: bool = True) -> None:
+        """Count an upstream failure (after retries) in the metrics now and in the session at the
+        turn's next `commit` (with its other counts: no store round trip of its own).
 
         A refusal (4xx) is the upstream answering, not failing, and a pool with no connection
         free is the proxy's own back-pressure (the client is told to retry): neither is charged. With
@@ -268,19 +285,14 @@ class Turn:
             return
         if isinstance(exc, UpstreamBusyError):
             return
-        await self._pipeline.store.record(
-            self.session,
-            max_errors=self.budget.max_errors,
-            channels={Channel.UPSTREAM_ERROR.value: 1},
-            now=time.time(),
-        )
+        self._upstream_failures += 1  # written by the next `commit`, with the turn's other counts
         self._pipeline.metrics.violations.labels(
             self.model, Channel.UPSTREAM_ERROR.value, self.protocol.api
         ).inc()
         self._failed = self._failed or ends_request
 
     def answered(self, response_id: str | None) -> None:
-        """Note the id of an upstream response of this turn (`Reply.response_id`): `close` links
+        """Note the id of an upstream response of this turn (`Reply.response_id`): `commit` links
         it to the session, so a request continuing from it stays in the session."""
         if response_id is not None:
             self._responses.append(response_id)
@@ -372,6 +384,7 @@ class Turn:
         self._tally(CallOutcome.INVALID, sum(1 for i in range(len(calls)) if i in bad))
         self._tally(CallOutcome.VALID, sum(1 for i in range(len(calls)) if i not in bad))
         if policy is OnUnrepaired.REJECT:
+            await self.commit()  # the 422 names the failure: counted before it goes out
             report = await self.close(UnrepairedToolCallError.status_code)
             raise UnrepairedToolCallError(
                 "the model's tool call could not be repaired: "
@@ -402,7 +415,7 @@ class Turn:
                 if trace is not None:
                     trace.answered(reply.body)
             except UpstreamError as exc:
-                await self.fail(exc, ends_request=False)
+                self.fail(exc, ends_request=False)
                 get_logger().warning(
                     "reask_failed", session=self.session, model=self.model, error=exc.message
                 )
@@ -507,34 +520,88 @@ class Turn:
         """Whether `close` has run."""
         return self._closed is not None
 
+    async def commit(self) -> None:
+        """Write to the session store what this turn counted and has not written yet: the
+        violations found, the repairs, the failures its client gets (their call ids claimed, so
+        that a later tool error for one is not counted again), the upstream's failures, and the
+        links of its response ids. Nothing to write, no round trip.
+
+        Count, then send: a driver commits before the client gets what the counts are about.
+
+        Raises:
+            SessionStoreError: the store failed (now or at an earlier commit of this turn,
+                which is not tried again); counted and logged once.
+        """
+        if self._store_error is not None:
+            raise self._store_error
+        stored = self._stored
+        if (  # the common case, nothing new, decided without building anything
+            len(self._found) == stored.found
+            and len(self._responses) == stored.responses
+            and self._repaired == stored.repaired
+            and self._upstream_failures == stored.failures
+            and len(self._unrepaired) == stored.unrepaired
+        ):
+            return
+        found, unrepaired = self._found[stored.found :], self._unrepaired[stored.unrepaired :]
+        repairs = self._repaired - stored.repaired
+        failures = self._upstream_failures - stored.failures
+        links = self._responses[stored.responses :]
+        pipeline, now = self._pipeline, time.time()
+        try:
+            passed_ids = [v.call_id for v in unrepaired if v.call_id]
+            if passed_ids:
+                # A later tool error for a call already counted must not count twice.
+                await pipeline.store.claim_call_ids(self.session, passed_ids, now=now)
+            if found or unrepaired or repairs or failures:
+                channels = Counter(v.channel.value for v in found)
+                if failures:
+                    channels[Channel.UPSTREAM_ERROR.value] += failures
+                self.record = await pipeline.store.record(
+                    self.session,
+                    max_errors=self.budget.max_errors,
+                    errors=len(unrepaired),
+                    repairs=repairs,
+                    channels=channels,
+                    now=now,
+                )
+            for response_id in links:
+                await pipeline.store.link_response(response_id, self.session, now=now)
+        except SessionStoreError as exc:
+            self._store_error = exc
+            pipeline.store_failed(exc, api=self.protocol.api, phase="count")
+            raise
+        if self.budget.spent_by(self.record.errors, len(unrepaired)):
+            pipeline.metrics.budget_exhausted.labels(self.model, self.protocol.api).inc()
+        self._stored = _Stored(
+            len(self._found),
+            len(self._unrepaired),
+            self._repaired,
+            self._upstream_failures,
+            len(self._responses),
+        )
+
     async def close(self, status: int) -> TurnReport:
-        """Account the turn in the session store and the metrics, write its log line, and
-        return its final report. Runs once; a later call returns the first report.
+        """Commit what is left (see `commit`), account the turn in the metrics, write its log
+        line, and return its final report. Runs once; a later call returns the first report.
 
         `status` is the request's as counted: the HTTP status, 499 for a client gone mid-stream,
-        an error's status for a stream that ended in one.
+        an error's status for a stream that ended in one. A store that fails here does not
+        raise: the request counts as failed by it (503, unless it failed otherwise already),
+        and its log line says so.
         """
         if self._closed is not None:
             return self._closed
         pipeline = self._pipeline
-        errors = len(self._unrepaired)
-        if errors or self._found or self._repaired:
-            passed_ids = [v.call_id for v in self._unrepaired if v.call_id]
-            if passed_ids:
-                # A later tool error for a call already counted must not count twice.
-                await pipeline.store.claim_call_ids(self.session, passed_ids, now=time.time())
-            self.record = await pipeline.store.record(
-                self.session,
-                max_errors=self.budget.max_errors,
-                errors=errors,
-                repairs=self._repaired,
-                channels=Counter(v.channel.value for v in self._found),
-                now=time.time(),
-            )
-            if self.budget.spent_by(self.record.errors, errors):
-                pipeline.metrics.budget_exhausted.labels(self.model, self.protocol.api).inc()
-        for response_id in self._responses:
-            await pipeline.store.link_response(response_id, self.session, now=time.time())
+        if self._store_error is None:
+            # A bare try, not contextlib.suppress: free on 3.11, where suppress() builds a
+            # context manager for every request.
+            try:  # noqa: SIM105
+                await self.commit()
+            except SessionStoreError:
+                pass  # counted and logged by commit; said in the report and the log line below
+        if self._store_error is not None and status < 400:
+            status = SessionStoreError.status_code
         report = self._closed = self._report(status, final=True)
         series = pipeline.metrics.for_model(self.model, self.protocol.api)
         for outcome, count in self._outcomes.items():
@@ -554,6 +621,8 @@ class Turn:
         }
         if self.key is not None:
             fields["key"] = self.key  # the key's name, never the key
+        if self._store_error is not None:
+            fields["error"] = SessionStoreError.error_type
         if pipeline.settings.log_bodies:
             fields["body"] = self.body
         log_request(fields)
@@ -578,6 +647,18 @@ class Turn:
             judge=judge_for(self.protocol, self.view, shadow.reference_name),
             primary_body=message,
         )
+
+
+@dataclass(slots=True)
+class _Stored:
+    """How much of a turn's counts `Turn.commit` has written: lengths of its violations found,
+    of the failures its client gets, its repairs, its upstream failures, its response ids."""
+
+    found: int = 0
+    unrepaired: int = 0
+    repaired: int = 0
+    failures: int = 0
+    responses: int = 0
 
 
 def _decision(repaired: bool, policy: OnUnrepaired) -> str:

@@ -125,7 +125,8 @@ class StreamAssembly(Protocol):
     """One client stream of one protocol: reads the upstream's events, writes the client's.
 
     The stream driver feeds it every upstream event (`add`), emits what it returns at once, then
-    settles each choice `take_finished` hands over and emits what `release` returns. When the
+    settles the choices `take_finished` hands over, has the turn count them, and emits what
+    `release` returns for each. When the
     upstream's stream is over (`done` is true, or the body ended), the driver sends the turn's
     summary comment, then `end()`. An error after the first byte is sent as `error_event`.
     """
@@ -164,7 +165,9 @@ class StreamAssembly(Protocol):
         ...
 
     def error_event(self, error: ToolsentryError) -> bytes:
-        """The protocol's error event for a failure after the first byte."""
+        """The protocol's error event for a failure after the first byte, and what ends the
+        stream after it where the protocol has one: chat's error chunk then `[DONE]` (as vLLM
+        ends a failed stream), Responses' `error` then `response.failed`, Messages' `error`."""
         ...
 
 

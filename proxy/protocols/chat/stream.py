@@ -12,8 +12,8 @@ drives it from the decoded events (`proxy.sse`)::
         assembler.emit_tool_calls(done.index, message, reason)
     assembler.close()                                  # at [DONE] or the end of the body
 
-Errors raised after the first byte went out are sent as the protocol's error event, and the
-stream ends there without `[DONE]`; the OpenAI SDK raises `APIError` on that event.
+Errors raised after the first byte went out are sent as the protocol's error event, an error
+chunk then `[DONE]`, as vLLM ends a failed stream; the OpenAI SDK raises `APIError` on the chunk.
 """
 
 from __future__ import annotations
@@ -330,7 +330,7 @@ class ChatAssembly:
         return DONE
 
     def error_event(self, error: ToolsentryError) -> bytes:
-        return encode_event(error.body())
+        return encode_event(error.body()) + DONE
 
 
 def _raise_if_error(chunk: Mapping[str, Any]) -> None:

@@ -50,6 +50,7 @@ class ResponsesAssembly:
         # A held call's streamed arguments, in pieces until its `.done` (joined once: see `_call`).
         self._arguments: dict[int, list[str]] = {}
         self._items: dict[int, dict[str, Any]] = {}  # upstream output_index -> item when done
+        self._opened: dict[str, Any] = {}  # the response as its opening events had it
         self._terminal: dict[str, Any] | None = None
         self._terminal_kind = "response.completed"
         self._finished: list[Choice] = []
@@ -80,8 +81,10 @@ class ResponsesAssembly:
         index = payload.get("output_index")
         if kind in ("response.created", "response.in_progress", "response.queued"):
             response = payload.get("response")
-            if isinstance(response, dict) and isinstance(response.get("id"), str):
-                self.response_id = response["id"]
+            if isinstance(response, dict):
+                self._opened = response
+                if isinstance(response.get("id"), str):
+                    self.response_id = response["id"]
             return [self._writer.forward(payload)]
         if not isinstance(index, int):
             return [self._writer.forward(payload)]
@@ -162,12 +165,18 @@ class ResponsesAssembly:
 
     def error_event(self, error: ToolsentryError) -> bytes:
         body = error.body()["error"]
+        code, message = body.get("code") or body.get("type"), body["message"]
+        # The SDKs read `error` as an event like any other; `response.failed` ends the response
+        # (the Agents SDK and Codex CLI wait for a terminal event), with what the client has.
+        response = {
+            **self._opened,
+            "status": "failed",
+            "output": list(self._sent),
+            "error": {"code": code, "message": message},
+        }
         return self._writer.event(
-            "error",
-            code=body.get("code") or body.get("type"),
-            message=body["message"],
-            param=body.get("param"),
-        )
+            "error", code=code, message=message, param=body.get("param")
+        ) + self._writer.event("response.failed", response=response)
 
     def _call(self, index: int) -> dict[str, Any]:
         """The held call at upstream `index`, its streamed arguments joined (once) if no

@@ -112,7 +112,12 @@ def streamed(proxy: str, api: str) -> str:
 
 
 def last_event(text: str) -> str:
+    """The stream's last event but for what ends a stream after its error event (chat's
+    `[DONE]`, Responses' `response.failed`, which must then follow it)."""
     events = [e for e in text.split("\n\n") if e.strip() and not e.startswith(":")]
+    if events[-1] == "data: [DONE]" or events[-1].startswith("event: response.failed"):
+        events.pop()
+        assert '"error"' in events[-1] or events[-1].startswith("event: error"), events[-1]
     return events[-1]
 
 

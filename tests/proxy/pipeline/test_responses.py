@@ -372,13 +372,15 @@ def test_an_upstream_failure_after_the_first_byte_is_a_responses_error_event(
     client = proxy.client()
     with client.responses.stream(**make_request()) as stream:
         seen = list(stream)
-    # The SDK hands a Responses error event to the application as the stream's last event.
-    assert seen[-1].type == "error"
-    assert "scripted failure" in seen[-1].message  # type: ignore[union-attr]
+    # The SDK hands a Responses error event to the application as an event like any other;
+    # `response.failed` ends the stream after it.
+    assert [event.type for event in seen[-2:]] == ["error", "response.failed"]
+    assert "scripted failure" in seen[-2].message  # type: ignore[union-attr]
+    assert seen[-1].response.status == "failed"  # type: ignore[union-attr]
     upstream.script.push(SSE.of(answer("Some text before it breaks."), fail_after=4))
     _, raw = stream_bytes(proxy, make_request())
     events, comments = events_of(raw)
-    assert events[-1]["type"] == "error"
+    assert [event["type"] for event in events[-2:]] == ["error", "response.failed"]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert json.loads(comments[-1].removeprefix("x-toolsentry "))["violations"] == [
         "upstream_error"

@@ -4,7 +4,7 @@ on loopback for the re-asks; the turn's beginning is tested with the gate (test_
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -15,7 +15,8 @@ from proxy.headers import REPAIR_HEADER
 from proxy.metrics import CallOutcome, RepairResult
 from proxy.pipeline.gate import Pipeline
 from proxy.pipeline.turn import beyond
-from proxy.testing import ScriptedUpstream, completion
+from proxy.session.stores import MemoryStore, SessionRecord
+from proxy.testing import Fault, ScriptedUpstream, completion
 from tests.proxy.pipeline.turns import UNKNOWN, VALID, answer, begin, counted
 
 
@@ -134,3 +135,60 @@ def test_beyond_counts_per_channel_the_larger_of_what_was_found_and_what_was_del
     assert beyond([unknown], [unknown]) == []  # the same failure again is one failure
     assert beyond([schema], [unknown]) == [schema]  # a different one is another
     assert beyond([unknown, unknown], [unknown]) == [unknown]
+
+
+class CountingStore(MemoryStore):
+    """The memory store, noting each operation the turn asks of it (one round trip each in a
+    shared store)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+
+    async def record(self, session: str, **counts: Any) -> SessionRecord:
+        self.asked.append("record")
+        return await super().record(session, **counts)
+
+    async def claim_call_ids(
+        self, session: str, call_ids: Sequence[str], *, now: float
+    ) -> list[str]:
+        self.asked.append("claim_call_ids")
+        return await super().claim_call_ids(session, call_ids, now=now)
+
+    async def link_response(self, response_id: str, session: str, *, now: float) -> None:
+        self.asked.append("link_response")
+        await super().link_response(response_id, session, now=now)
+
+
+async def test_a_commit_writes_what_the_client_will_get_once_and_close_asks_the_store_nothing_more(
+    make_pipeline: Callable[..., Pipeline], script: tuple[ScriptedUpstream, str]
+) -> None:
+    upstream, _ = script
+    upstream.push(Fault.error(500, "the re-ask fails"))
+    pipeline = make_pipeline(max_reasks=1, retries=0)
+    pipeline.store = store = CountingStore()
+    turn = await begin(pipeline, "s-commit")
+    assert store.asked == ["record"]  # the gate's
+    await turn.settle(answer(UNKNOWN))  # re-asked; the re-ask's failure counts an upstream error
+    assert store.asked == ["record"]
+    await turn.commit()
+    # The call the client gets claimed and its failures, the upstream's with them, in one record.
+    assert store.asked == ["record", "claim_call_ids", "record"]
+    record = await store.get("s-commit")
+    assert record is not None
+    assert (record.errors, record.channels) == (1, {"unknown_tool": 1, "upstream_error": 1})
+    report = await turn.close(200)
+    assert store.asked == ["record", "claim_call_ids", "record"]
+    assert (report.errors, report.status) == (1, 200)
+
+
+async def test_a_turn_with_nothing_to_count_asks_the_store_nothing_after_its_gate(
+    make_pipeline: Callable[..., Pipeline],
+) -> None:
+    pipeline = make_pipeline()
+    pipeline.store = store = CountingStore()
+    turn = await begin(pipeline, "s-nothing")
+    await turn.settle(answer(VALID))
+    await turn.commit()
+    await turn.close(200)
+    assert store.asked == ["record"]
