@@ -41,6 +41,7 @@ from proxy.session.stores import SessionStore
 from proxy.shadow import Shadow, open_shadow
 from proxy.tracing import Tracing, TracingConfig
 from proxy.upstream import HttpUpstream, Upstream
+from proxy.upstream_origin import environment_proxies
 from proxy.upstream_router import Router
 
 _GC_YOUNG_THRESHOLD = 50_000
@@ -102,8 +103,9 @@ def create_app(
 ) -> FastAPI:
     """Build the proxy app from settings. `store` and `upstreams` may be injected (tests, benchmarks).
 
-    `environ` is where upstream API keys (`api_key_env`) are looked up; the command line passes
-    the process environment, and nothing here reads it on its own.
+    `environ` is where upstream API keys (`api_key_env`) and the forward proxies (`HTTP_PROXY`,
+    `HTTPS_PROXY`, `NO_PROXY`) are looked up; the command line passes the process environment,
+    and nothing here reads it on its own.
 
     `metrics_dir` is the directory the workers of a multi-process server share their metrics in
     (see `proxy.metrics.Metrics`); None keeps them in this process.
@@ -196,8 +198,11 @@ def _upstreams(
             "no upstream configured: give --upstream URL, TOOLSENTRY_UPSTREAMS or a config file"
         )
     env = dict(environ)
+    proxies = environment_proxies(env)  # HTTP(S)_PROXY, NO_PROXY: decided once per upstream
     return [
-        HttpUpstream(u, api_key=settings.upstream_api_key(u, env), retries=settings.retries)
+        HttpUpstream(
+            u, api_key=settings.upstream_api_key(u, env), retries=settings.retries, proxies=proxies
+        )
         for u in settings.upstreams
     ]
 

@@ -47,6 +47,7 @@ from proxy.upstream_errors import (
     ClosedEarly,
     InvalidResponse,
     Overdue,
+    ProxyRefused,
     ResponseError,
     TooLarge,
     TooLong,
@@ -560,3 +561,20 @@ class Connection(asyncio.Protocol):
     def close(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
+
+
+class ForwardedConnection(Connection):
+    """A connection to a forward proxy carrying plain http requests (in absolute form): a 407 is
+    the proxy's own answer (credentials missing or refused), failed as `ProxyRefused` naming the
+    proxy, never handed on as the upstream's. Direct connections are `Connection`s: they pay
+    nothing for this."""
+
+    def __init__(self, pool: Holder, proxy: str) -> None:
+        super().__init__(pool)
+        self._proxy = proxy
+
+    def on_headers_complete(self) -> None:
+        if self._response is not None and self._parser.get_status_code() == 407:
+            self.broken(ProxyRefused(f"the proxy {self._proxy} answered 407: credentials needed"))
+            return
+        super().on_headers_complete()
