@@ -427,16 +427,19 @@ class Connection(asyncio.Protocol):
             if response.ends_at_close and exc is None:
                 response.on_message_complete()
             elif response.got_bytes:
-                error: BaseException = BrokenOff(
-                    "the connection closed in the middle of the response"
-                    + (f" ({exc.__class__.__name__}: {exc})" if exc else "")
+                response._fail(
+                    BrokenOff(
+                        "the connection closed in the middle of the response"
+                        + (f" ({exc.__class__.__name__}: {exc})" if exc else "")
+                    )
                 )
             else:
-                error = ClosedEarly(
-                    "the connection closed before a response"
-                    + (f" ({exc.__class__.__name__}: {exc})" if exc else "")
+                response._fail(
+                    ClosedEarly(
+                        "the connection closed before a response"
+                        + (f" ({exc.__class__.__name__}: {exc})" if exc else "")
+                    )
                 )
-            response._fail(error)
         self._pool.lost(self)
 
     def _drop_parser(self) -> None:
