@@ -103,9 +103,8 @@ def create_app(
 ) -> FastAPI:
     """Build the proxy app from settings. `store` and `upstreams` may be injected (tests, benchmarks).
 
-    `environ` is where upstream API keys (`api_key_env`) and the forward proxies (`HTTP_PROXY`,
-    `HTTPS_PROXY`, `NO_PROXY`) are looked up; the command line passes the process environment,
-    and nothing here reads it on its own.
+    `environ` is where upstream API keys (`api_key_env`) and forward proxies (`HTTP(S)_PROXY`)
+    are looked up; the command line passes the process environment, nothing reads it here.
 
     `metrics_dir` is the directory the workers of a multi-process server share their metrics in
     (see `proxy.metrics.Metrics`); None keeps them in this process.

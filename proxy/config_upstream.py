@@ -102,8 +102,8 @@ class UpstreamConfig(BaseModel):
 
     tls: UpstreamTLS = Field(
         default_factory=UpstreamTLS,
-        description="For an https base_url: ca_file, client_cert, client_key, verify "
-        "(see the entries of upstreams.tls).",
+        description="For an https base_url: how its certificate is checked and the certificate "
+        "shown to it (the tls.* keys).",
     )
 
     @field_validator("structured_outputs", mode="before")

@@ -576,8 +576,8 @@ class ForwardedConnection(Connection):
         super().__init__(pool)
         self._proxy = proxy
 
-    def on_headers_complete(self) -> None:
+    def on_status(self, reason: bytes) -> None:
+        # At the status line, not the end of the head: a proxy refusing a request may close the
+        # connection before reading its body, and the reset can cut its answer's head short.
         if self._response is not None and self._parser.get_status_code() == 407:
             self.broken(ProxyRefused(f"the proxy {self._proxy} answered 407: credentials needed"))
-            return
-        super().on_headers_complete()

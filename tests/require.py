@@ -28,6 +28,8 @@ COMPONENTS = frozenset(
         "codex",  # the pinned Codex CLI in clients/node_modules (make clients)
         "claude",  # the pinned Claude Code in clients/node_modules (make clients)
         "promtool",  # Prometheus's rule checker (Debian: prometheus)
+        "openssl",  # OpenSSL's command line, its s_server for the mutual TLS test (Debian: openssl)
+        "tinyproxy",  # a forward proxy for the upstream client's proxy tests (Debian: tinyproxy)
         "vllm",  # a real vLLM server (scripts/vllm-cpu start) for tests/live
     }
 )
