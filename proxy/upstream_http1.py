@@ -581,3 +581,5 @@ class ForwardedConnection(Connection):
         # connection before reading its body, and the reset can cut its answer's head short.
         if self._response is not None and self._parser.get_status_code() == 407:
             self.broken(ProxyRefused(f"the proxy {self._proxy} answered 407: credentials needed"))
+            # The rest of the answer is the proxy's: none of it is read into the response.
+            self._response = None

@@ -5,6 +5,7 @@ self-signed certificate (`tls` settings of an upstream)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -348,3 +349,30 @@ def test_serve_sends_upstream_requests_through_the_environments_proxy_and_warns_
         if '"upstream_tls_unverified"' in line
     ]
     assert [w["upstream"] for w in warnings] == ["unchecked"]
+
+
+async def test_a_proxys_407_read_whole_at_once_is_still_the_proxys_refusal() -> None:
+    # tinyproxy's answer comes in pieces; a proxy that writes its 407 in one piece, and keeps
+    # the connection open, must be refused the same way (not passed on as the upstream's 407).
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 407 Proxy Authentication Required\r\n"
+            b"proxy-authenticate: Basic\r\ncontent-length: 0\r\n\r\n"
+        )
+        await writer.drain()
+        await reader.read()
+        writer.close()
+
+    listening = await asyncio.start_server(refuse, "127.0.0.1", 0)
+    port = listening.sockets[0].getsockname()[1]
+    try:
+        async with client("http://vllm.internal/v1", {"http": f"127.0.0.1:{port}"}) as through:
+            with pytest.raises(UpstreamConnectError, match=f"127.0.0.1:{port} answered 407"):
+                await ask(through)
+            with pytest.raises(UpstreamConnectError, match=f"127.0.0.1:{port} answered 407"):
+                async with through.stream(PATH, body=b"{}", headers={}):
+                    pass
+    finally:
+        listening.close()
+        await listening.wait_closed()
