@@ -21,9 +21,8 @@ before the first byte; `send` never retries.
 Where a connection goes and how it is opened (TCP, TLS with the upstream's `tls` options, a
 forward proxy from the environment; Unix sockets to come) is `proxy.upstream_origin.Origin`'s
 alone: `origin_for` makes it from the upstream's configuration, once, and `Origin.connect` opens
-the connections. What an
-upstream answers is `proxy.upstream_response`'s; which upstream serves a model,
-`proxy.upstream_router`'s.
+the connections. What an upstream answers is `proxy.upstream_response`'s; which upstream serves a
+model, `proxy.upstream_router`'s.
 """
 
 from __future__ import annotations

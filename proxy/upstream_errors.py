@@ -38,7 +38,7 @@ class ClosedEarly(ConnectionError):
 
 class ProxyRefused(ConnectionError):
     """The forward proxy (`HTTP(S)_PROXY`) could not be reached, refused a `CONNECT` tunnel
-    (407, 403, 502, …) or asked for credentials (407); the message names the proxy, never its
+    (407, 403, 502, …) or answered a plain request 407; the message names the proxy, never its
     credentials."""
 
 
