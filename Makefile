@@ -16,8 +16,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[evalkit,dev]'
 	touch $(STAMP)
 
-# redis-server, chromium, promtool, wrk, Node.js: installed when missing (as root or with sudo -n),
-# else one line each saying how. Instant when all are there.
+# redis-server, chromium, promtool, tinyproxy, wrk, Node.js: installed when missing (as root or
+# with sudo -n), else one line each saying how. Instant when all are there.
 system-deps:
 	scripts/system-deps
 

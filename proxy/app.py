@@ -41,6 +41,7 @@ from proxy.session.stores import SessionStore
 from proxy.shadow import Shadow, open_shadow
 from proxy.tracing import Tracing, TracingConfig
 from proxy.upstream import HttpUpstream, Upstream
+from proxy.upstream_origin import environment_proxies
 from proxy.upstream_router import Router, balanced
 
 _GC_YOUNG_THRESHOLD = 50_000
@@ -102,8 +103,8 @@ def create_app(
 ) -> FastAPI:
     """Build the proxy app from settings. `store` and `upstreams` may be injected (tests, benchmarks).
 
-    `environ` is where upstream API keys (`api_key_env`) are looked up; the command line passes
-    the process environment, and nothing here reads it on its own.
+    `environ` is where upstream API keys (`api_key_env`) and forward proxies (`HTTP(S)_PROXY`)
+    are looked up; the command line passes the process environment, nothing reads it here.
 
     `metrics_dir` is the directory the workers of a multi-process server share their metrics in
     (see `proxy.metrics.Metrics`); None keeps them in this process.
@@ -198,6 +199,7 @@ def _router(
             "no upstream configured: give --upstream URL, TOOLSENTRY_UPSTREAMS or a config file"
         )
     env = dict(environ)
+    proxies = environment_proxies(env)  # HTTP(S)_PROXY, NO_PROXY: decided once per upstream
     clients: list[list[Upstream]] = []
     for config, shared in zip(settings.upstreams, balanced(settings.upstreams), strict=True):
         # A balanced deployment retries across its replicas: their own clients do not.
@@ -205,7 +207,7 @@ def _router(
         key = settings.upstream_api_key(config, env)
         clients.append(
             [
-                HttpUpstream(config.replica(url), api_key=key, retries=retries)
+                HttpUpstream(config.replica(url), api_key=key, retries=retries, proxies=proxies)
                 for url in config.replica_urls
             ]
         )

@@ -162,13 +162,21 @@ def serve(
 
 
 def _warn_if_insecure(settings: Settings) -> None:
-    """Warn when the proxy serves beyond this machine without an admin key (`insecure_admin`)."""
+    """Warn when the proxy serves beyond this machine without an admin key (`insecure_admin`),
+    and for each upstream whose certificate is not checked (`tls.verify: false`)."""
     if settings.admin_key is None and not is_loopback(settings.host):
         get_logger().warning(
             "insecure_admin",
             host=settings.host,
             message="serving on a non-loopback address without an admin key",
         )
+    for upstream in settings.upstreams or []:
+        if not upstream.tls.verify:
+            get_logger().warning(
+                "upstream_tls_unverified",
+                upstream=upstream.name,
+                message="tls.verify is false: any certificate is trusted for this upstream",
+            )
 
 
 def _uvicorn_options(settings: Settings) -> dict[str, Any]:
@@ -326,8 +334,12 @@ def check_runnable(settings: Settings) -> None:
             "upstreams in a --config file"
         )
     from proxy.shadow import check_shadow
+    from proxy.upstream_origin import environment_proxies, origin_for
 
     check_shadow(settings)
+    proxies = environment_proxies(os.environ)
+    for upstream in settings.upstreams:
+        origin_for(upstream, proxies)  # TLS files that cannot be used, a proxy that is not http
     if settings.workers > 1 and settings.store == "memory":
         raise ConfigError(
             "--workers > 1 needs a shared session store: each worker would keep its own memory "

@@ -57,15 +57,7 @@ def reference() -> str:
             "| Key | Default | Description |",
             "| --- | --- | --- |",
         ]
-        for name, field in model.model_fields.items():
-            default = (
-                "required"
-                if field.is_required()
-                else shown(field.get_default(call_default_factory=True))
-            )
-            lines.append(
-                f"| `{name}` | `{_cell(default)}` | {_cell(one_line(field.description or ''))} |"
-            )
+        lines += _entry_rows(model)
     return "\n".join(lines) + "\n"
 
 
@@ -102,6 +94,24 @@ def _command_options() -> list[str]:
             f"{_cell(described(param.help or ''))} |"
         )
     return lines
+
+
+def _entry_rows(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """A table row per key of `model`, and after a key that is a model itself (an upstream's
+    `tls`), a row per key of that one (`tls.verify`)."""
+    rows = []
+    for name, field in model.model_fields.items():
+        default = (
+            "required"
+            if field.is_required()
+            else shown(field.get_default(call_default_factory=True))
+        )
+        description = _cell(one_line(field.description or ""))
+        rows.append(f"| `{prefix}{name}` | `{_cell(default)}` | {description} |")
+        inner = without_none(field.annotation)
+        if isinstance(inner, type) and issubclass(inner, BaseModel):
+            rows += _entry_rows(inner, f"{prefix}{name}.")
+    return rows
 
 
 if __name__ == "__main__":

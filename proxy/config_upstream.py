@@ -17,6 +17,31 @@ from pydantic import (
 from proxy.guard.repair import StructuredOutputs
 
 
+class UpstreamTLS(BaseModel):
+    """How an https upstream's certificate is checked, and the certificate the proxy shows it."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    ca_file: str | None = Field(
+        default=None,
+        description="PEM file of the certificates trusted for this upstream, instead of the "
+        "system's (SSL_CERT_FILE and SSL_CERT_DIR name those).",
+    )
+    client_cert: str | None = Field(
+        default=None,
+        description="PEM file of the certificate the proxy shows the upstream (mutual TLS), its "
+        "key in it or in client_key.",
+    )
+    client_key: str | None = Field(
+        default=None, description="PEM file of client_cert's private key, when not in it."
+    )
+    verify: bool = Field(
+        default=True,
+        description="Check the upstream's certificate and name; false trusts any certificate "
+        "(a warning at start names the upstream).",
+    )
+
+
 class UpstreamConfig(BaseModel):
     """One OpenAI-compatible server the proxy forwards to."""
 
@@ -95,6 +120,12 @@ class UpstreamConfig(BaseModel):
         description="Whether `repair: constrain` and `enforce_strict` may ask this upstream for "
         "constrained calls (named/required tool_choice, strict tools): on, off, or auto (until "
         "it refuses the fields once).",
+    )
+
+    tls: UpstreamTLS = Field(
+        default_factory=UpstreamTLS,
+        description="For an https base_url: how its certificate is checked and the certificate "
+        "shown to it (the tls.* keys).",
     )
 
     @field_validator("structured_outputs", mode="before")

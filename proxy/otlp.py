@@ -24,6 +24,8 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.re import parse_env_headers
 
+from proxy.tls import client_context
+
 # -- spans as the event loop records them ------------------------------------------------------
 
 _KINDS = {SpanKind.INTERNAL: 1, SpanKind.SERVER: 2, SpanKind.CLIENT: 3}
@@ -238,9 +240,11 @@ class Sender:
             self._compress, self._headers["Content-Encoding"] = zlib.compress, "deflate"
         self._tls: ssl.SSLContext | None = None
         if self._https:
-            self._tls = ssl.create_default_context(cafile=var("CERTIFICATE") or None)
-            if var("CLIENT_CERTIFICATE"):
-                self._tls.load_cert_chain(var("CLIENT_CERTIFICATE"), var("CLIENT_KEY") or None)
+            self._tls = client_context(
+                ca_file=var("CERTIFICATE") or None,
+                client_cert=var("CLIENT_CERTIFICATE") or None,
+                client_key=var("CLIENT_KEY") or None,
+            )
         self._connection: http.client.HTTPConnection | None = None
 
     def __call__(self, payload: bytes) -> bool:

@@ -18,11 +18,11 @@ socket and asyncio to `Upstream*` errors at one boundary, `_Try` (`proxy.upstrea
 `translate` says how). `request` and `stream` retry connect errors, timeouts and 502/503/504
 before the first byte; `send` never retries.
 
-Where a connection goes and how it is opened (TCP, TLS; environment proxies, TLS options and
-Unix sockets to come) is `proxy.upstream_origin.Origin`'s alone: `HttpUpstream.__init__` makes
-it from the upstream's configuration, and `Origin.connect` opens the connections. What an
-upstream answers is `proxy.upstream_response`'s; which upstream serves a model,
-`proxy.upstream_router`'s.
+Where a connection goes and how it is opened (TCP, TLS with the upstream's `tls` options, a
+forward proxy from the environment; Unix sockets to come) is `proxy.upstream_origin.Origin`'s
+alone: `origin_for` makes it from the upstream's configuration, once, and `Origin.connect` opens
+the connections. What an upstream answers is `proxy.upstream_response`'s; which upstream serves a
+model, `proxy.upstream_router`'s.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from proxy.tracing import CURRENT as CURRENT_TRACE
 from proxy.tracing import AttemptSpan, RequestTrace
 from proxy.upstream_errors import ClosedEarly, translate
 from proxy.upstream_http1 import AwaitedResponse, Connection, Delivery, Response
-from proxy.upstream_origin import Origin
+from proxy.upstream_origin import origin_for
 from proxy.upstream_pool import Pool
 from proxy.upstream_response import UpstreamResponse, UpstreamStream
 
@@ -248,14 +248,21 @@ class HttpUpstream:
     """One upstream server behind a pool of keep-alive HTTP/1.1 connections
     (`proxy.upstream_pool`): the one send path of the module doc, with its three modes."""
 
-    def __init__(self, config: UpstreamConfig, *, api_key: str | None, retries: int) -> None:
+    def __init__(
+        self,
+        config: UpstreamConfig,
+        *,
+        api_key: str | None,
+        retries: int,
+        proxies: Mapping[str, str] | None = None,
+    ) -> None:
         self.name = config.name
         self.config = config
         self._api_key = api_key
         self._retries = retries
         # Where the connections go and how they are opened: the seam for proxies, TLS options and
-        # Unix sockets (see `Origin`).
-        self._origin = Origin.of(config.base_url)
+        # Unix sockets (see `Origin`). `proxies`: `environment_proxies`, None for none.
+        self._origin = origin_for(config, proxies)
         self._pool: Pool | None = None
         self._urls: dict[str, tuple[str, str]] = {}
         self._requests: dict[tuple[object, ...], _Prepared] = {}

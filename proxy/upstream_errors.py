@@ -6,6 +6,7 @@ under them raise:
 
     OSError (refused, reset, unreachable, TLS), TimeoutError (connect or read timeout)
     ├── ClosedEarly      the connection closed before the response's first byte
+    └── ProxyRefused     the forward proxy could not be reached, or refused the request
     PoolExhausted        every pooled connection stayed busy past the pool's timeout
     ResponseError
     ├── BrokenOff        the connection ended, or failed, in the middle of the response
@@ -33,6 +34,12 @@ from proxy.errors import (
 
 class ClosedEarly(ConnectionError):
     """The server closed the connection before the first byte of its response."""
+
+
+class ProxyRefused(ConnectionError):
+    """The forward proxy (`HTTP(S)_PROXY`) could not be reached, refused a `CONNECT` tunnel
+    (407, 403, 502, …) or answered a plain request 407; the message names the proxy, never its
+    credentials."""
 
 
 class PoolExhausted(Exception):
@@ -65,6 +72,7 @@ class Overdue(ResponseError):
 
 ERRORS: tuple[type[Exception], ...] = (
     ClosedEarly,
+    ProxyRefused,
     PoolExhausted,
     BrokenOff,
     InvalidResponse,
@@ -90,6 +98,7 @@ _TRANSLATIONS: tuple[
     (Overdue, UpstreamTimeoutError, "answered past the proxy's total_timeout"),
     (PoolExhausted, UpstreamBusyError, "has no connection free"),
     (ClosedEarly, UpstreamConnectError, "closed the connection before answering"),
+    (ProxyRefused, UpstreamConnectError, "could not be reached through the proxy"),
     ((ConnectionError, socket.gaierror), UpstreamConnectError, "is unreachable"),
     (OSError, UpstreamConnectError, "failed"),
 )

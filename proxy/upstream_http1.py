@@ -47,6 +47,7 @@ from proxy.upstream_errors import (
     ClosedEarly,
     InvalidResponse,
     Overdue,
+    ProxyRefused,
     ResponseError,
     TooLarge,
     TooLong,
@@ -426,16 +427,19 @@ class Connection(asyncio.Protocol):
             if response.ends_at_close and exc is None:
                 response.on_message_complete()
             elif response.got_bytes:
-                error: BaseException = BrokenOff(
-                    "the connection closed in the middle of the response"
-                    + (f" ({exc.__class__.__name__}: {exc})" if exc else "")
+                response._fail(
+                    BrokenOff(
+                        "the connection closed in the middle of the response"
+                        + (f" ({exc.__class__.__name__}: {exc})" if exc else "")
+                    )
                 )
             else:
-                error = ClosedEarly(
-                    "the connection closed before a response"
-                    + (f" ({exc.__class__.__name__}: {exc})" if exc else "")
+                response._fail(
+                    ClosedEarly(
+                        "the connection closed before a response"
+                        + (f" ({exc.__class__.__name__}: {exc})" if exc else "")
+                    )
                 )
-            response._fail(error)
         self._pool.lost(self)
 
     def _drop_parser(self) -> None:
@@ -560,3 +564,22 @@ class Connection(asyncio.Protocol):
     def close(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
+
+
+class ForwardedConnection(Connection):
+    """A connection to a forward proxy carrying plain http requests (in absolute form): a 407 is
+    the proxy's own answer (credentials missing or refused), failed as `ProxyRefused` naming the
+    proxy, never handed on as the upstream's. Direct connections are `Connection`s: they pay
+    nothing for this."""
+
+    def __init__(self, pool: Holder, proxy: str) -> None:
+        super().__init__(pool)
+        self._proxy = proxy
+
+    def on_status(self, reason: bytes) -> None:
+        # At the status line, not the end of the head: a proxy refusing a request may close the
+        # connection before reading its body, and the reset can cut its answer's head short.
+        if self._response is not None and self._parser.get_status_code() == 407:
+            self.broken(ProxyRefused(f"the proxy {self._proxy} answered 407: credentials needed"))
+            # The rest of the answer is the proxy's: none of it is read into the response.
+            self._response = None

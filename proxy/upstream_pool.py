@@ -24,7 +24,8 @@
 - A request that finds all `limit` connections busy waits for one at most `pool_timeout`
   seconds, then fails (`PoolExhausted`); `exhausted` says whether a request would wait now.
 
-The connections are opened by the pool's `Origin` (`proxy.upstream_origin`); what the pool and
+The connections are opened by the pool's `Origin` (`proxy.upstream_origin`), which also says
+what a request's head carries for a forward proxy (`Origin.forward`); what the pool and
 its responses raise is drawn in `proxy.upstream_errors`.
 """
 
@@ -33,7 +34,8 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 
 from proxy.upstream_errors import PoolExhausted, TooLong
 from proxy.upstream_http1 import (
@@ -41,6 +43,7 @@ from proxy.upstream_http1 import (
     AwaitedResponse,
     Connection,
     Delivery,
+    ForwardedConnection,
     Response,
     encode_head,
 )
@@ -80,6 +83,15 @@ class Pool:
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self.host = origin.host_header
+        # Through a forward proxy a plain request names its whole URL and carries the proxy's
+        # credentials, and a 407 is the proxy's: decided here, once, and paid for only when a
+        # head is first encoded (`head`). A direct origin's connections and heads are as ever.
+        self._target_prefix, self._proxy_headers = origin.forward
+        self._connection_type: Callable[[Pool], Connection] = (
+            partial(ForwardedConnection, proxy=str(origin.proxy))
+            if self._target_prefix
+            else Connection
+        )
         self._idle: list[Connection] = []
         self._open = 0  # connections being made, busy or idle
         # Connections awaiting a response, and the timer of the sweep that checks their silence.
@@ -177,6 +189,9 @@ class Pool:
         key = (method, target, *headers.items())
         start = self._heads.get(key)
         if start is None:
+            if self._target_prefix:
+                target = self._target_prefix + target
+                headers = {**headers, **self._proxy_headers}
             start = encode_head(method, target, self.host, headers, None)[:-2]  # no blank line
             if len(self._heads) >= _MAX_HEADS:
                 self._heads.clear()
@@ -244,7 +259,7 @@ class Pool:
         made: list[Connection] = []
 
         def protocol() -> Connection:
-            made.append(Connection(self))
+            made.append(self._connection_type(self))
             return made[-1]
 
         try:

@@ -30,6 +30,8 @@ COMPONENTS = frozenset(
         "promtool",  # Prometheus's rule checker (Debian: prometheus)
         "wrk",  # the benchmarks' load generator, for their smoke tests (Debian: wrk)
         "corpus",  # the function-declaration corpora in .cache/corpus (make corpus)
+        "openssl",  # OpenSSL's command line, its s_server for the mutual TLS test (Debian: openssl)
+        "tinyproxy",  # a forward proxy for the upstream client's proxy tests (Debian: tinyproxy)
         "vllm",  # a real vLLM server (scripts/vllm-cpu start) for tests/live
     }
 )

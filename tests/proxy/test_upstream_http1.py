@@ -301,6 +301,9 @@ async def test_a_body_without_length_or_chunks_ends_when_the_server_closes() -> 
             writer.write(b"data: 2\n\n")
         await writer.drain()
 
+    # The close ends the body cleanly: no callback of the connection's fails meanwhile.
+    failures: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: failures.append(context))
     async with Server(handler).running() as upstream:
         whole = await upstream.request("POST", "x", body=b"{}", headers={})
         assert whole.body == b"data: 1\n\ndata: 2\n\n"
@@ -308,6 +311,7 @@ async def test_a_body_without_length_or_chunks_ends_when_the_server_closes() -> 
             assert b"".join([chunk async for chunk in opened.chunks]) == whole.body
         with pytest.raises(UpstreamProtocolError, match="'s' broke off its response"):
             await upstream.request("POST", "x", body=b'"cut"', headers={})
+    assert failures == []
 
 
 def _self_signed(directory: Path) -> tuple[Path, Path]:
