@@ -258,7 +258,7 @@ def _report(sock: socket.socket, settings: Settings, port_file: Path | None, how
     """Say where the proxy listens: the startup line, and `port_file` when given."""
     if port_file is not None:
         write_port_file(port_file, sock)
-    upstreams = ", ".join(u.base_url for u in settings.upstreams)
+    upstreams = ", ".join(u.shown_base_url for u in settings.upstreams)
     _err.print(
         f"toolsentry {__version__} on {url_of(settings.host, sock)}/v1 {how}{upstreams}",
         highlight=False,

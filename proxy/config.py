@@ -28,7 +28,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from proxy.config_upstream import UpstreamConfig
+from proxy.config_upstream import MASK, UpstreamConfig
 from proxy.errors import ConfigError
 from proxy.guard.repair import OnUnrepaired, RepairMode
 from proxy.guard.tool_errors import (
@@ -420,8 +420,10 @@ class Settings(BaseSettings):
     def redacted(self) -> dict[str, Any]:
         """The resolved settings as JSON-ready data, with every secret masked."""
         data = self.model_dump(mode="json")
-        data["api_keys"] = [{"name": k.name, "key": "**********"} for k in self.api_keys]
-        data["admin_key"] = "**********" if self.admin_key is not None else None
+        data["api_keys"] = [{"name": k.name, "key": MASK} for k in self.api_keys]
+        data["admin_key"] = MASK if self.admin_key is not None else None
+        for upstream, shown in zip(self.upstreams, data["upstreams"], strict=True):
+            shown["base_url"] = upstream.shown_base_url
         return data
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -17,7 +18,11 @@ class UpstreamConfig(BaseModel):
 
     name: str = Field(description="A short name used in logs and error messages.")
     base_url: str = Field(
-        description="The server's OpenAI base URL, e.g. http://127.0.0.1:8001/v1."
+        description="The server's OpenAI base URL, e.g. http://127.0.0.1:8001/v1. A query "
+        "(`?api-version=…`) is kept on every request; `user:password@` is sent as basic auth "
+        "(api_key_env's key wins when both are set) and masked wherever the URL is shown; "
+        "unix:///path/to/socket reaches a server on a Unix socket (base path /v1, or "
+        "unix:///path/to/socket:/base/path). Redirects are never followed."
     )
     api_key_env: str | None = Field(
         default=None, description="Environment variable holding the upstream's API key."
@@ -86,6 +91,25 @@ class UpstreamConfig(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {value!r}")
+        if not value.startswith(("http://", "https://", "unix:///")):
+            raise ValueError(
+                f"base_url must start with http://, https:// or unix:///, got {masked_url(value)!r}"
+            )
         return value.rstrip("/")
+
+    @property
+    def shown_base_url(self) -> str:
+        """`base_url` as logs, errors and printed settings show it: its password masked."""
+        return masked_url(self.base_url)
+
+
+MASK = "**********"
+
+
+def masked_url(url: str) -> str:
+    """`url` with the password of its userinfo (`user:password@`) masked; as it is without one."""
+    parts = urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url
+    return parts._replace(netloc=f"{userinfo.partition(':')[0]}:{MASK}@{host}").geturl()

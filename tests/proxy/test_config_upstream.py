@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from proxy.config_upstream import UpstreamConfig
+from proxy.config_upstream import UpstreamConfig, masked_url
 from proxy.guard.repair import StructuredOutputs
 
 
@@ -16,10 +16,31 @@ def test_a_base_url_loses_its_trailing_slash() -> None:
     )
 
 
-@pytest.mark.parametrize("url", ["ftp://host/v1", "127.0.0.1:8001/v1", "unix:///run/vllm.sock"])
-def test_a_base_url_that_is_not_http_is_refused_naming_it(url: str) -> None:
+@pytest.mark.parametrize("url", ["ftp://host/v1", "127.0.0.1:8001/v1", "unix://run/vllm.sock"])
+def test_a_base_url_that_is_not_http_or_unix_is_refused_naming_it(url: str) -> None:
     with pytest.raises(ValidationError, match="base_url must start with http"):
         UpstreamConfig(name="vllm", base_url=url)
+
+
+def test_a_refused_base_url_is_named_with_its_password_masked() -> None:
+    with pytest.raises(ValidationError) as refused:
+        UpstreamConfig(name="vllm", base_url="ftp://ann:s3cret@host/v1")
+    assert "s3cret" not in str(refused.value.errors()[0]["msg"])
+    assert "ftp://ann:**********@host/v1" in str(refused.value.errors()[0]["msg"])
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://ann:s3cret@h:8000/v1", "http://ann:**********@h:8000/v1"),
+        ("http://ann@h/v1?api-version=1", "http://ann:**********@h/v1?api-version=1"),
+        ("http://h/v1?to=a@b", "http://h/v1?to=a@b"),
+        ("unix:///run/vllm.sock:/v1", "unix:///run/vllm.sock:/v1"),
+    ],
+)
+def test_a_base_url_is_shown_with_its_password_masked(url: str, shown: str) -> None:
+    assert UpstreamConfig(name="vllm", base_url=url).shown_base_url == shown
+    assert masked_url(url) == shown
 
 
 @pytest.mark.parametrize("field", ["timeout", "connect_timeout", "pool_timeout", "total_timeout"])
