@@ -12,7 +12,7 @@ from typing import cast
 
 import pytest
 
-from proxy.upstream_origin import Address, BaseURL, Origin
+from proxy.upstream_origin import Address, BaseURL, Origin, Resolver
 
 
 def test_an_origin_takes_the_schemes_default_port_and_a_tls_context_only_for_https() -> None:
@@ -137,7 +137,7 @@ class Recorder(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is one, not a subclass
 
 
-def resolving_to(*hosts: str) -> object:
+def resolving_to(*hosts: str) -> Resolver:
     async def resolve(name: str, port: int) -> Sequence[Address]:
         assert name == "upstream.test"
         return [(socket.AF_INET, (host, port)) for host in hosts]
@@ -152,7 +152,7 @@ async def test_a_name_whose_first_address_is_black_holed_connects_to_the_next_in
         async with server:
             origin = Origin.of(
                 f"http://upstream.test:{port}/v1",
-                resolve=resolving_to("127.0.0.2", "127.0.0.1"),  # type: ignore[arg-type]
+                resolve=resolving_to("127.0.0.2", "127.0.0.1"),
             )
             # Far below the time a black-holed SYN waits; without the race it would be spent.
             async with asyncio.timeout(5):
@@ -169,7 +169,7 @@ async def test_a_name_none_of_whose_addresses_connects_fails_naming_each() -> No
         two.bind(("127.0.0.3", port))
         origin = Origin.of(
             f"http://upstream.test:{port}/v1",
-            resolve=resolving_to("127.0.0.1", "127.0.0.3"),  # type: ignore[arg-type]
+            resolve=resolving_to("127.0.0.1", "127.0.0.3"),
         )
         with pytest.raises(ConnectionRefusedError, match=r"127\.0\.0\.1: .*; 127\.0\.0\.3: "):
             await origin.connect(asyncio.get_running_loop(), Recorder)
