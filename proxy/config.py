@@ -428,7 +428,10 @@ class Settings(BaseSettings):
 
 
 def _upstream_from_url(url: str, index: int, count: int) -> dict[str, Any]:
-    host = urlsplit(url).netloc.rpartition("@")[2] or f"upstream{index}"
+    parts = urlsplit(url)
+    # Named after its host (never its credentials), or a Unix socket's file name.
+    socket_name = parts.path.partition(":")[0].rpartition("/")[2] if parts.scheme == "unix" else ""
+    host = parts.netloc.rpartition("@")[2] or socket_name or f"upstream{index}"
     return {"name": host if count == 1 else f"{host}#{index}", "base_url": url}
 
 

@@ -177,3 +177,11 @@ def test_printed_settings_mask_the_password_of_an_upstreams_base_url() -> None:
     assert [(u["name"], u["base_url"]) for u in resolved["upstreams"]] == [
         ("127.0.0.1:9", "http://ann:**********@127.0.0.1:9/v1?api-version=1")
     ]
+
+
+def test_a_plain_unix_socket_upstream_is_named_after_its_socket() -> None:
+    url = "unix:///run/vllm/vllm.sock:/v1"
+    result = CliRunner().invoke(app, ["serve", "--upstream", url, "--print-settings"], env={})
+    assert result.exit_code == 0, result.output
+    resolved = json.loads(result.stdout)
+    assert [(u["name"], u["base_url"]) for u in resolved["upstreams"]] == [("vllm.sock", url)]

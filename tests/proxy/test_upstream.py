@@ -3,12 +3,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import os
-import shutil
-import socket
-import tempfile
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import aiohttp
 import aiohttp.web
@@ -22,6 +18,7 @@ from proxy.errors import (
 from proxy.testing import SSE, Fault, LoopbackServer, ScriptedUpstream, unused_socket
 from proxy.upstream import HttpUpstream, chat_request_headers
 from proxy.upstream_response import UpstreamStream
+from tests.proxy.conftest import RunningUpstream
 
 
 def _config(name: str, url: str) -> UpstreamConfig:
@@ -206,45 +203,30 @@ async def test_an_idle_pooled_connection_is_let_go_before_the_servers_keep_alive
 # ---------------------------------------------------------------- base URLs
 
 
-@contextlib.contextmanager
-def _on_unix_socket(script: ScriptedUpstream) -> Iterator[LoopbackServer]:
-    """`script` served by uvicorn on a Unix socket (its path short: a socket's is at most 107
-    bytes, which a test's tmp_path may pass)."""
-    folder = tempfile.mkdtemp(prefix="ts-", dir="/tmp")
-    path = os.path.join(folder, "vllm.sock")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.bind(path)
-    try:
-        with LoopbackServer(script.app, sock=sock) as server:
-            yield server
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-async def test_an_upstream_on_a_unix_socket_is_reached_through_it_and_keeps_its_connection() -> (
-    None
-):
-    script = ScriptedUpstream()
-    with _on_unix_socket(script) as server:
-        for url in (server.url[:-1], f"{server.url}/v1"):  # base path /v1: by default, or given
-            upstream = HttpUpstream(_config("sock", url), api_key=None, retries=0)
-            try:
-                answers = [
-                    await upstream.request("POST", "chat/completions", body=b"{}", headers={}),
-                    await upstream.request("GET", "models", body=None, headers={}),
-                ]
-                async with upstream.stream(
-                    "chat/completions", body=b'{"stream": true}', headers={}
-                ) as opened:
-                    streamed = await _read_all(opened)
-            finally:
-                await upstream.close()
-            assert [a.status for a in answers] == [200, 200]
-            assert answers[1].json()["data"][0]["id"] == "scripted-model"
-            assert streamed.endswith(b"data: [DONE]\n\n")
+async def test_an_upstream_on_a_unix_socket_is_reached_through_it_and_keeps_its_connection(
+    unix_upstream: RunningUpstream,
+) -> None:
+    script, server = unix_upstream.script, unix_upstream.server
+    for url in (server.url[:-1], f"{server.url}/v1"):  # base path /v1: by default, or given
+        upstream = HttpUpstream(_config("sock", url), api_key=None, retries=0)
+        try:
+            answers = [
+                await upstream.request("POST", "chat/completions", body=b"{}", headers={}),
+                await upstream.request("GET", "models", body=None, headers={}),
+            ]
+            async with upstream.stream(
+                "chat/completions", body=b'{"stream": true}', headers={}
+            ) as opened:
+                streamed = await _read_all(opened)
+            kept = upstream.pool().idle
+        finally:
+            await upstream.close()
+        assert [a.status for a in answers] == [200, 200]
+        assert answers[1].json()["data"][0]["id"] == "scripted-model"
+        assert streamed.endswith(b"data: [DONE]\n\n")
+        assert kept == 1  # one connection for the three, kept alive
     assert script.paths == ["/v1/chat/completions", "/v1/models", "/v1/chat/completions"] * 2
     assert {h["host"] for h in script.request_headers} == {"localhost"}
-    assert len(set(script.client_ports)) == 1  # one connection, kept alive (a socket has no port)
 
 
 async def test_userinfo_in_the_base_url_is_sent_as_basic_auth_unless_a_key_is_configured() -> None:
