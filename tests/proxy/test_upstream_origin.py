@@ -6,11 +6,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
+import datetime
 import socket
+import ssl
+import tempfile
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import cast
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from proxy.upstream_origin import Address, BaseURL, Origin, Resolver
 
@@ -182,3 +191,58 @@ async def test_a_name_that_resolves_to_nothing_fails_as_the_socket_does() -> Non
     origin = Origin.of("http://upstream.test:1/v1", resolve=nothing)
     with pytest.raises(OSError, match=r"'upstream\.test' resolved to no address"):
         await origin.connect(asyncio.get_running_loop(), Recorder)
+
+
+def tls_contexts(name: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server's context with a self-signed certificate for `name`, and a client's trusting it."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    with tempfile.TemporaryDirectory() as folder:
+        cert_file, key_file = Path(folder, "cert.pem"), Path(folder, "key.pem")
+        cert_file.write_bytes(pem)
+        key_file.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server.load_cert_chain(cert_file, key_file)
+    client = ssl.create_default_context(cadata=pem.decode())
+    return server, client
+
+
+async def test_tls_to_a_resolved_name_verifies_the_name_not_the_address() -> None:
+    loop = asyncio.get_running_loop()
+    for certified, connects in (("upstream.test", True), ("other.test", False)):
+        server_context, client_context = tls_contexts(certified)
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0, ssl=server_context)
+        async with server:
+            port = server.sockets[0].getsockname()[1]
+            named = Origin.of(f"https://upstream.test:{port}/v1", resolve=resolving_to("127.0.0.1"))
+            origin = dataclasses.replace(named, tls=client_context)
+            if connects:
+                connection = await origin.connect(loop, Recorder)
+                assert connection.transport is not None
+                assert connection.transport.get_extra_info("ssl_object").server_hostname == (
+                    "upstream.test"
+                )
+                connection.transport.close()
+            else:
+                with pytest.raises(ssl.SSLCertVerificationError, match=r"upstream\.test"):
+                    await origin.connect(loop, Recorder)
