@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from proxy.guard.repair import StructuredOutputs
+from proxy.upstream_origin import base_url_parts
 
 
 class UpstreamConfig(BaseModel):
@@ -95,6 +96,7 @@ class UpstreamConfig(BaseModel):
             raise ValueError(
                 f"base_url must start with http://, https:// or unix:///, got {masked_url(value)!r}"
             )
+        base_url_parts(value)  # a host, a port that is one, a socket's absolute path
         return value.rstrip("/")
 
     @property

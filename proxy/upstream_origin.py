@@ -60,11 +60,10 @@ class Origin:
     @classmethod
     def of(cls, url: str, *, resolve: Resolver | None = None) -> Origin:
         """The origin of an absolute http(s) or unix URL. Raises ValueError for any other."""
-        parts = urlsplit(url)
+        parts = base_url_parts(url)
         if parts.scheme == "unix":
-            return cls("unix", "localhost", 0, None, _unix_parts(url, parts)[0])
-        if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
-            raise ValueError(f"not an http(s) or unix URL: {url!r}")
+            return cls("unix", "localhost", 0, None, _unix_parts(parts)[0])
+        assert parts.hostname is not None  # base_url_parts says so
         port = parts.port or _DEFAULT_PORTS[parts.scheme]
         tls = ssl.create_default_context() if parts.scheme == "https" else None
         named = resolve is not None or not _is_address(parts.hostname)
@@ -128,14 +127,14 @@ class BaseURL:
         origin = Origin.of(url, resolve=resolve)
         parts = urlsplit(url)
         if origin.socket_path is not None:
-            path = _unix_parts(url, parts)[1]
+            path = _unix_parts(parts)[1]
             root = f"unix://{origin.socket_path}:"
         else:
             path = parts.path
             root = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
         authorization = None
-        if "@" in parts.netloc:
-            user, _, password = parts.netloc.rpartition("@")[0].partition(":")
+        if userinfo := parts.netloc.rpartition("@")[0]:
+            user, _, password = userinfo.partition(":")
             pair = f"{unquote(user)}:{unquote(password)}".encode()
             authorization = f"Basic {base64.b64encode(pair).decode('ascii')}"
         return cls(origin, path.rstrip("/"), parts.query, authorization, root)
@@ -165,11 +164,25 @@ def _merged_query(base: str, own: str) -> str:
     return "&".join([base, *kept])
 
 
-def _unix_parts(url: str, parts: SplitResult) -> tuple[str, str]:
-    """A unix URL's socket path and base path. Raises ValueError unless the socket's is absolute."""
+def base_url_parts(url: str) -> SplitResult:
+    """`url` split, once it is known to be one of the forms of a base URL (the module doc's).
+    Raises ValueError, naming the URL without its userinfo, for any other."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        socket_path, _, path = parts.path.partition(":")
+        if parts.netloc or not socket_path.startswith("/") or (path and not path.startswith("/")):
+            raise ValueError(f"not a unix:///path/to/socket[:/base/path] URL: {url!r}")
+        return parts
+    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
+        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+        raise ValueError(f"not an http(s) or unix URL: {shown!r}")
+    parts.port  # noqa: B018 (raises ValueError for a port that is not one)
+    return parts
+
+
+def _unix_parts(parts: SplitResult) -> tuple[str, str]:
+    """A unix URL's socket path and base path (`UNIX_BASE_PATH` when it names none)."""
     socket_path, colon, path = parts.path.partition(":")
-    if parts.netloc or not socket_path.startswith("/") or (path and not path.startswith("/")):
-        raise ValueError(f"not a unix:///path/to/socket[:/base/path] URL: {url!r}")
     return unquote(socket_path), path if colon else UNIX_BASE_PATH
 
 

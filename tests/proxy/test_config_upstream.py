@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from proxy.config import load_settings
 from proxy.config_upstream import UpstreamConfig, masked_url
+from proxy.errors import ConfigError
 from proxy.guard.repair import StructuredOutputs
 
 
@@ -20,6 +22,23 @@ def test_a_base_url_loses_its_trailing_slash() -> None:
 def test_a_base_url_that_is_not_http_or_unix_is_refused_naming_it(url: str) -> None:
     with pytest.raises(ValidationError, match="base_url must start with http"):
         UpstreamConfig(name="vllm", base_url=url)
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://ann:s3cret@/v1", "not an http(s) or unix URL: 'http:///v1'"),
+        ("http://h:99999/v1", "Port out of range"),
+        ("unix:///run/vllm.sock:v1", "not a unix:///path/to/socket[:/base/path] URL"),
+    ],
+)
+def test_a_base_url_without_a_host_a_port_or_a_socket_path_is_refused_at_once(
+    url: str, problem: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:  # the one line the CLI prints
+        load_settings(upstreams=[url])
+    assert problem in refused.value.message
+    assert "s3cret" not in refused.value.message
 
 
 def test_a_refused_base_url_is_named_with_its_password_masked() -> None:

@@ -106,6 +106,9 @@ def test_a_unix_url_names_the_socket_and_a_base_path_v1_unless_it_gives_one(
         ("http://h/v1?api-version=1", "models?api-version=2&x=y", "/v1/models?api-version=1&x=y"),
         ("http://h/v1?api-version=1", "/health", "/health?api-version=1"),
         ("http://h/v1", "files/a b", "/v1/files/a%20b"),
+        ("http://h/my%20vllm/v1", "models", "/my%20vllm/v1/models"),
+        ("unix:///run/v.sock?api-version=1", "models?x=2", "/v1/models?api-version=1&x=2"),
+        ("unix:///run/v.sock:/openai/v1?api-version=1", "/health", "/openai/health?api-version=1"),
     ],
 )
 def test_a_requests_target_is_the_base_path_then_its_own_with_the_base_urls_query_kept(
@@ -119,6 +122,7 @@ def test_userinfo_is_basic_auth_and_never_part_of_a_shown_url() -> None:
     assert base.authorization == "Basic " + base64.b64encode(b"al@ice:p:ss").decode()
     assert base.target("models") == ("http://h:8000/v1/models", "/v1/models")
     assert BaseURL.of("http://h/v1").authorization is None
+    assert BaseURL.of("http://@h/v1").authorization is None
     assert BaseURL.of("unix:///run/v.sock").target("models")[0] == "unix:///run/v.sock:/v1/models"
 
 
