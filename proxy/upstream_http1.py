@@ -439,19 +439,15 @@ class Connection(asyncio.Protocol):
         self._pool.unwatch(self)
         response = self._response
         if response is not None and not response.complete:
-            if response.ends_at_close and exc is None:
+            if response.ends_at_close and exc is None:  # the close is the body's end
                 response.on_message_complete()
-            elif response.got_bytes:
-                error: BaseException = BrokenOff(
-                    "the connection closed in the middle of the response"
-                    + (f" ({exc.__class__.__name__}: {exc})" if exc else "")
-                )
             else:
-                error = ClosedEarly(
-                    "the connection closed before a response"
-                    + (f" ({exc.__class__.__name__}: {exc})" if exc else "")
+                cause = f" ({exc.__class__.__name__}: {exc})" if exc else ""
+                response._fail(
+                    BrokenOff(f"the connection closed in the middle of the response{cause}")
+                    if response.got_bytes
+                    else ClosedEarly(f"the connection closed before a response{cause}")
                 )
-            response._fail(error)
         self._pool.lost(self)
 
     def _drop_parser(self) -> None:

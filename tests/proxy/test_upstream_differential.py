@@ -39,8 +39,10 @@ Mode = Literal["whole", "stream", "delivered"]
 End = Literal["keep", "close", "reset"]
 Kind = Literal["connect", "protocol", "timeout"]
 
-# The read timeout of both clients: only the cases that go silent wait for it.
+# The read timeout of both clients: short where a case goes silent (it waits for it), long
+# enough elsewhere that a busy machine's pause is never taken for a server's silence.
 SILENCE = 0.5
+PATIENCE = 30.0
 # The header of a request answered 200 before the scripted one, on the same connection.
 WARM = b"\r\nx-warm: 1\r\n"
 
@@ -75,6 +77,7 @@ class Case:
 
     pieces: tuple[bytes, ...]
     end: End = "keep"
+    silent: bool = False  # the server goes quiet: both clients time out
     ours: Outcome | None = None
     why: str = ""
 
@@ -203,8 +206,8 @@ CASES: dict[str, Case] = {
     "close-mid-gzip": Case((sized(PACKED, "content-encoding: gzip")[:-10],), end="close"),
     "reset-after-body": Case((sized(JSON),), end="reset"),
     # -- silence
-    "silent-before-head": Case(()),
-    "silent-mid-body": Case((head("200 OK", "content-length: 100"), JSON[:40])),
+    "silent-before-head": Case((), silent=True),
+    "silent-mid-body": Case((head("200 OK", "content-length: 100"), JSON[:40]), silent=True),
 }
 
 
@@ -234,7 +237,7 @@ def scripted(
                 await writer.drain()
                 await asyncio.sleep(0.02)  # each piece a read of its own on the client's side
             if case.end == "keep":
-                await asyncio.wait_for(reader.read(), 10)  # until the client closes
+                await asyncio.wait_for(reader.read(), 2 * PATIENCE)  # till the client closes
             elif case.end == "reset":
                 sock = writer.get_extra_info("socket")
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -278,8 +281,8 @@ OUR_KINDS: dict[type[UpstreamError], Kind] = {
 }
 
 
-async def ours(url: str, mode: Mode) -> Outcome:
-    config = UpstreamConfig(name="s", base_url=url, timeout=SILENCE)
+async def ours(url: str, mode: Mode, silence: float) -> Outcome:
+    config = UpstreamConfig(name="s", base_url=url, timeout=silence)
     upstream = HttpUpstream(config, api_key=None, retries=0)
     try:
         if mode == "whole":
@@ -333,9 +336,9 @@ def aiohttp_kind(exc: Exception) -> Kind:
     raise AssertionError(f"aiohttp raised {exc!r}, which no upstream error kind maps")
 
 
-async def reference(url: str, mode: Mode) -> Outcome:
-    timeout = aiohttp.ClientTimeout(sock_read=SILENCE, sock_connect=SILENCE)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+async def reference(url: str, mode: Mode, silence: float) -> Outcome:
+    limits = aiohttp.ClientTimeout(sock_read=silence, sock_connect=silence)
+    async with aiohttp.ClientSession(timeout=limits) as session:
         try:
             async with session.post(
                 f"{url}/chat/completions",
@@ -356,9 +359,14 @@ async def reference(url: str, mode: Mode) -> Outcome:
 @pytest.mark.parametrize("name", list(CASES))
 async def test_the_proxys_client_and_aiohttps_see_the_same_exchange(name: str, mode: Mode) -> None:
     case = CASES[name]
+    heard: list[dict[str, object]] = []  # what a callback raised, out of the clients' sight
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: heard.append(context))
     async with serving(case) as url:
-        mine = await ours(url, mode)
-        theirs = await reference(url, mode)
+        silence = SILENCE if case.silent else PATIENCE
+        mine = await ours(url, mode, silence)
+        theirs = await reference(url, mode, silence)
+    await asyncio.sleep(0)  # the transports' last callbacks (connection_lost) run
+    assert heard == []
     if case.ours is None:
         assert mine == theirs
     else:  # a difference on purpose: the proxy's client as the case says, aiohttp otherwise

@@ -289,6 +289,24 @@ async def test_connection_close_and_a_head_request_are_not_kept_alive() -> None:
     assert server.connections == 3
 
 
+async def test_a_connection_whose_body_ended_with_it_gives_its_place_in_the_pool_back() -> None:
+    # One connection allowed: each answer ends when the server closes, and the next request
+    # needs the place the closed connection held.
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{"n":1}')
+        await writer.drain()
+
+    server = Server(handler)
+    async with server.running(max_connections=1, pool_timeout=5) as upstream:
+        answers = [await upstream.request("GET", "x", body=None, headers={}) for _ in range(3)]
+        async with upstream.stream("x", body=None, headers={}, method="GET") as opened:
+            streamed = b"".join([chunk async for chunk in opened.chunks])
+    assert [a.json() for a in answers] == [{"n": 1}] * 3
+    assert streamed == b'{"n":1}'
+    assert server.connections == 4
+
+
 async def test_a_base_urls_query_is_on_every_request_line_merged_with_a_requests_own() -> None:
     lines: list[bytes] = []
 
