@@ -7,7 +7,7 @@ same way, aiohttp's exceptions mapped onto the proxy's upstream error kinds (`ai
 Each case runs three times: the body read whole by a task (`HttpUpstream.request`), read as a
 stream (`HttpUpstream.stream`), and read whole by a kept-alive connection's callbacks
 (`HttpUpstream.send`, after a first request left the connection idle), against aiohttp's `read()`
-and its chunks. Where the proxy's client differs
+and its chunks; on asyncio's event loop and on uvloop's. Where the proxy's client differs
 on purpose, the case says how (`Case.ours`) and why."""
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ import gzip
 import socket
 import struct
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import aiohttp
 import pytest
+import uvloop
 
 from proxy.config_upstream import UpstreamConfig
 from proxy.errors import (
@@ -355,17 +356,34 @@ async def reference(url: str, mode: Mode, silence: float) -> Outcome:
             return Failed(aiohttp_kind(exc))
 
 
-@pytest.mark.parametrize("mode", ["whole", "stream", "delivered"])
-@pytest.mark.parametrize("name", list(CASES))
-async def test_the_proxys_client_and_aiohttps_see_the_same_exchange(name: str, mode: Mode) -> None:
-    case = CASES[name]
-    heard: list[dict[str, object]] = []  # what a callback raised, out of the clients' sight
+async def exchange(case: Case, mode: Mode) -> tuple[Outcome, Outcome, list[dict[str, Any]]]:
+    """Both clients' outcomes of `case`, and what a callback raised out of their sight."""
+    heard: list[dict[str, Any]] = []
     asyncio.get_running_loop().set_exception_handler(lambda _, context: heard.append(context))
     async with serving(case) as url:
         silence = SILENCE if case.silent else PATIENCE
         mine = await ours(url, mode, silence)
         theirs = await reference(url, mode, silence)
     await asyncio.sleep(0)  # the transports' last callbacks (connection_lost) run
+    return mine, theirs, list(heard)  # not what the runner's shutdown cancels afterwards
+
+
+# Each exchange on both event loops: the proxy serves on uvloop, whose transports report a close
+# or a reset in their own way.
+RUNNERS: dict[str, Callable[[Coroutine[Any, Any, Any]], Any]] = {
+    "asyncio": asyncio.run,
+    "uvloop": uvloop.run,
+}
+
+
+@pytest.mark.parametrize("loop", list(RUNNERS))
+@pytest.mark.parametrize("mode", ["whole", "stream", "delivered"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_proxys_client_and_aiohttps_see_the_same_exchange(
+    name: str, mode: Mode, loop: str
+) -> None:
+    case = CASES[name]
+    mine, theirs, heard = RUNNERS[loop](exchange(case, mode))
     assert heard == []
     if case.ours is None:
         assert mine == theirs
