@@ -23,6 +23,7 @@ from rich.markup import escape
 
 from proxy import __version__, listening
 from proxy.config import SettingInfo, Settings, is_loopback, load_settings, settings_fields
+from proxy.config_upstream import masked_url
 from proxy.errors import ConfigError
 from proxy.http.clients import ClientLimits
 from proxy.listening import listen, url_of, write_port_file
@@ -299,7 +300,7 @@ def _report(sock: socket.socket, settings: Settings, port_file: Path | None, how
     """Say where the proxy listens: the startup line, and `port_file` when given."""
     if port_file is not None:
         write_port_file(port_file, sock)
-    upstreams = ", ".join(url for u in settings.upstreams for url in u.replica_urls)
+    upstreams = ", ".join(masked_url(url) for u in settings.upstreams for url in u.replica_urls)
     _err.print(
         f"toolsentry {__version__} on {url_of(settings.host, sock)}/v1 {how}{upstreams}",
         highlight=False,

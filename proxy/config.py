@@ -29,7 +29,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from proxy.config_upstream import UpstreamConfig
+from proxy.config_upstream import MASK, UpstreamConfig
 from proxy.errors import ConfigError
 from proxy.guard.dialect import SchemaDialect
 from proxy.guard.repair import OnUnrepaired, RepairMode
@@ -431,8 +431,10 @@ class Settings(BaseSettings):
     def redacted(self) -> dict[str, Any]:
         """The resolved settings as JSON-ready data, with every secret masked."""
         data = self.model_dump(mode="json")
-        data["api_keys"] = [{"name": k.name, "key": "**********"} for k in self.api_keys]
-        data["admin_key"] = "**********" if self.admin_key is not None else None
+        data["api_keys"] = [{"name": k.name, "key": MASK} for k in self.api_keys]
+        data["admin_key"] = MASK if self.admin_key is not None else None
+        for upstream, shown in zip(self.upstreams, data["upstreams"], strict=True):
+            shown["base_url"] = upstream.shown_base_url
         return data
 
 
@@ -445,7 +447,10 @@ def usable_cpus() -> int:
 
 
 def _upstream_from_url(url: str, index: int, count: int) -> dict[str, Any]:
-    host = urlsplit(url).netloc.rpartition("@")[2] or f"upstream{index}"
+    parts = urlsplit(url)
+    # Named after its host (never its credentials), or a Unix socket's file name.
+    socket_name = parts.path.partition(":")[0].rpartition("/")[2] if parts.scheme == "unix" else ""
+    host = parts.netloc.rpartition("@")[2] or socket_name or f"upstream{index}"
     return {"name": host if count == 1 else f"{host}#{index}", "base_url": url}
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -15,6 +16,7 @@ from pydantic import (
 )
 
 from proxy.guard.repair import StructuredOutputs
+from proxy.upstream_origin import base_url_parts
 
 
 class UpstreamTLS(BaseModel):
@@ -49,7 +51,11 @@ class UpstreamConfig(BaseModel):
 
     name: str = Field(description="A short name used in logs and error messages.")
     base_url: str = Field(
-        description="The server's OpenAI base URL, e.g. http://127.0.0.1:8001/v1."
+        description="The server's OpenAI base URL, e.g. http://127.0.0.1:8001/v1. A query "
+        "(`?api-version=…`) is kept on every request; `user:password@` is sent as basic auth "
+        "(api_key_env's key wins when both are set) and masked wherever the URL is shown; "
+        "unix:///path/to/socket reaches a server on a Unix socket (base path /v1, or "
+        "unix:///path/to/socket:/base/path). Redirects are never followed."
     )
     # Replicas (DESIGN §8): the servers of one deployment, balanced by outstanding requests.
     base_urls: list[str] = Field(
@@ -139,8 +145,11 @@ class UpstreamConfig(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {value!r}")
+        if not value.startswith(("http://", "https://", "unix:///")):
+            raise ValueError(
+                f"base_url must start with http://, https:// or unix:///, got {masked_url(value)!r}"
+            )
+        base_url_parts(value)  # a host, a port that is one, a socket's absolute path
         return value.rstrip("/")
 
     @model_validator(mode="before")
@@ -179,6 +188,11 @@ class UpstreamConfig(BaseModel):
             return self
         return self.model_copy(update={"base_url": url, "base_urls": []})
 
+    @property
+    def shown_base_url(self) -> str:
+        """`base_url` as logs, errors and printed settings show it: its password masked."""
+        return masked_url(self.base_url)
+
 
 def _checked_url(name: str, url: str) -> str:
     """`url` as `base_url` would hold it (see its validator). Raises ValueError naming it."""
@@ -186,3 +200,15 @@ def _checked_url(name: str, url: str) -> str:
         return UpstreamConfig(name=name, base_url=url).base_url
     except ValidationError as exc:
         raise ValueError(f"base_urls: {exc.errors()[0]['msg']}") from None
+
+
+MASK = "**********"
+
+
+def masked_url(url: str) -> str:
+    """`url` with the password of its userinfo (`user:password@`) masked; as it is without one."""
+    parts = urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url
+    return parts._replace(netloc=f"{userinfo.partition(':')[0]}:{MASK}@{host}").geturl()

@@ -533,7 +533,8 @@ def unused_socket() -> socket.socket:
 class LoopbackServer:
     """Runs an ASGI app under uvicorn on 127.0.0.1 in a background thread; a context manager.
 
-    It binds its own socket (`port`, or a free one), or serves on `sock` (from `unused_socket`).
+    It binds its own socket (`port`, or a free one), or serves on `sock` (from `unused_socket`,
+    or a Unix socket bound to its path).
     """
 
     def __init__(
@@ -544,7 +545,9 @@ class LoopbackServer:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(("127.0.0.1", port or 0))
         self._sock = sock
-        self.port: int = self._sock.getsockname()[1]
+        address = sock.getsockname()  # a Unix socket's is its path
+        self._unix_path: str | None = address if isinstance(address, str) else None
+        self.port: int = 0 if self._unix_path is not None else address[1]
         config = uvicorn.Config(
             app, log_level="error", access_log=False, lifespan="on", loop="asyncio"
         )
@@ -554,7 +557,9 @@ class LoopbackServer:
 
     @property
     def url(self) -> str:
-        """The server's root URL."""
+        """The server's root URL (`unix:///path:` on a Unix socket: add the path after it)."""
+        if self._unix_path is not None:
+            return f"unix://{self._unix_path}:"
         return f"http://127.0.0.1:{self.port}"
 
     def _run(self) -> None:

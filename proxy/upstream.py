@@ -18,11 +18,13 @@ socket and asyncio to `Upstream*` errors at one boundary, `_Try` (`proxy.upstrea
 `translate` says how). `request` and `stream` retry connect errors, timeouts and 502/503/504
 before the first byte; `send` never retries.
 
-Where a connection goes and how it is opened (TCP, TLS with the upstream's `tls` options, a
-forward proxy from the environment; Unix sockets to come) is `proxy.upstream_origin.Origin`'s
-alone: `origin_for` makes it from the upstream's configuration, once, and `Origin.connect` opens
-the connections. What an upstream answers is `proxy.upstream_response`'s; which upstream serves a
-model, `proxy.upstream_router`'s.
+Where a connection goes and how it is opened (TCP with Happy Eyeballs for a name, TLS with the
+upstream's `tls` options, a Unix socket, a forward proxy from the environment) is
+`proxy.upstream_origin.Origin`'s alone, and what a request's target and credentials are, its
+`BaseURL`'s: `HttpUpstream.__init__` reads the upstream's base URL once (`base_for`), and
+`Origin.connect` opens the connections. Redirects are not followed: a 3xx is the answer, passed
+back as it is (the upstream's URL comes only from configuration). What an upstream answers is
+`proxy.upstream_response`'s; which upstream serves a model, `proxy.upstream_router`'s.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ from tenacity import (
     stop_after_attempt,
     wait_exponential_jitter,
 )
-from yarl import URL
 
 from proxy import __version__
 from proxy.config_upstream import UpstreamConfig
@@ -49,7 +50,7 @@ from proxy.tracing import CURRENT as CURRENT_TRACE
 from proxy.tracing import AttemptSpan, RequestTrace
 from proxy.upstream_errors import ClosedEarly, translate
 from proxy.upstream_http1 import AwaitedResponse, Connection, Delivery, Response
-from proxy.upstream_origin import origin_for
+from proxy.upstream_origin import base_for
 from proxy.upstream_pool import Pool
 from proxy.upstream_response import UpstreamResponse, UpstreamStream
 
@@ -260,9 +261,11 @@ class HttpUpstream:
         self.config = config
         self._api_key = api_key
         self._retries = retries
-        # Where the connections go and how they are opened: the seam for proxies, TLS options and
-        # Unix sockets (see `Origin`). `proxies`: `environment_proxies`, None for none.
-        self._origin = origin_for(config, proxies)
+        # Where the connections go and how they are opened (see `Origin`: TLS options, Unix
+        # sockets, `proxies` from `environment_proxies`, None for none), and what every
+        # request's target starts with.
+        self._base = base_for(config, proxies)
+        self._origin = self._base.origin
         self._pool: Pool | None = None
         self._urls: dict[str, tuple[str, str]] = {}
         self._requests: dict[tuple[object, ...], _Prepared] = {}
@@ -509,19 +512,10 @@ class HttpUpstream:
         # The URL and its request target (path and query, quoted), worked out once per path.
         known = self._urls.get(path)
         if known is None:
-            url = URL(self._url_text(path))
-            known = (str(url), url.raw_path_qs)
+            known = self._base.target(path)
             if len(self._urls) < _MAX_CACHED_URLS:  # raw pass-through paths come from clients
                 self._urls[path] = known
         return known
-
-    def _url_text(self, path: str) -> str:
-        # A path with a leading slash is relative to the server root (/tokenize, /health), any
-        # other is relative to the OpenAI base URL (chat/completions, models).
-        if path.startswith("/"):
-            base = self.config.base_url
-            return (base[: -len("/v1")] if base.endswith("/v1") else base) + path
-        return f"{self.config.base_url}/{path}"
 
     def _headers(self, headers: Mapping[str, str], has_body: bool) -> dict[str, str]:
         # Callers filter what may be forwarded (chat_request_headers, forwardable_headers) once
@@ -534,8 +528,10 @@ class HttpUpstream:
         if has_body:
             out.setdefault("content-type", "application/json")
         out.setdefault("user-agent", USER_AGENT)
-        if self._api_key:
+        if self._api_key:  # the configured key wins over credentials in the base URL
             out["authorization"] = f"Bearer {self._api_key}"
+        elif self._base.authorization is not None:
+            out["authorization"] = self._base.authorization
         return out
 
 

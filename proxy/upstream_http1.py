@@ -21,7 +21,10 @@ and the response read on it:
 - 1xx interim answers (`100 Continue`, `103 Early Hints`) are skipped: the answer is the final one.
 - A body is capped in bytes, decoded ones (the pool sets each response's caps): a compressed body
   is decoded no further than the cap, so a compression bomb costs the cap, not its decoded size.
-  Past a cap the response fails (`TooLarge`) and its connection is closed.
+  Past a cap the response fails (`TooLarge`) and its connection is closed. So does a head past
+  `MAX_HEAD_BYTES`.
+- Redirects are not followed: a 3xx is an answer like any other (the upstream's URL comes only
+  from configuration).
 
 The pool of these connections (reuse, the limit, keep-alive, the silence sweep and a stream's
 cap in seconds) is `proxy.upstream_pool`'s; how a connection is opened (TCP, TLS) is
@@ -58,6 +61,10 @@ _HIGH_WATER = 1 << 20
 _LOW_WATER = 1 << 18
 UNCAPPED = 1 << 62
 """A body cap that never binds."""
+MAX_HEAD_BYTES = 64 * 1024
+"""The bytes a response's head (interim answers included) may take in the reads that leave it
+unfinished: a head cannot grow without end, and one read (at most the transport's buffer) more
+finishes or refuses it. Counting only those reads costs a finished head nothing."""
 
 
 def encode_head(
@@ -122,6 +129,7 @@ class Response:
         "deadline",
         "error_limit",
         "got_bytes",
+        "head_bytes",
         "head_only",
         "limit",
         "overdue",
@@ -139,6 +147,7 @@ class Response:
         self._headers: dict[str, str] | None = None
         self.complete = False
         self.got_bytes = False
+        self.head_bytes = 0  # read while the head was unfinished
         self._headed = False
         self._chunks: deque[bytes] = deque()
         self._paused = False
@@ -161,14 +170,16 @@ class Response:
 
     @property
     def headers(self) -> dict[str, str]:
-        """The head's headers, names lower-case, repeated ones joined with ", " (decoded when
-        first read: most responses are read for their status and body only)."""
+        """The head's headers, names lower-case, values without the whitespace around them,
+        repeated ones joined with ", " (decoded when first read: most responses are read for
+        their status and body only)."""
         headers = self._headers
         if headers is None:
             headers = self._headers = {}
             for name, value in self.raw_headers:
                 key = name.decode("latin-1").lower()
-                text = value.decode("latin-1")
+                # The parser drops a value's leading whitespace, not its trailing (RFC 9110 §5.5).
+                text = value.decode("latin-1").rstrip(" \t")
                 known = headers.get(key)
                 headers[key] = text if known is None else f"{known}, {text}"
         return headers
@@ -406,13 +417,18 @@ class Connection(asyncio.Protocol):
             self.reusable = False
             self.close()
             return
-        self._response.got_bytes = True
+        response = self._response
+        response.got_bytes = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self.broken(InvalidResponse("an upgrade to another protocol, never asked for"))
         except httptools.HttpParserError as exc:
             self.broken(InvalidResponse(f"bytes that are not an HTTP/1.1 response: {exc}"))
+        if not response._headed:  # a read that left the head unfinished: it counts
+            response.head_bytes += len(data)
+            if response.head_bytes > MAX_HEAD_BYTES:
+                self.broken(TooLarge(f"a response head over the limit of {MAX_HEAD_BYTES} bytes"))
 
     def eof_received(self) -> bool:
         return False  # the transport closes itself; connection_lost says what it ended
@@ -424,21 +440,14 @@ class Connection(asyncio.Protocol):
         self._pool.unwatch(self)
         response = self._response
         if response is not None and not response.complete:
-            if response.ends_at_close and exc is None:
+            if response.ends_at_close and exc is None:  # the close is the body's end
                 response.on_message_complete()
-            elif response.got_bytes:
-                response._fail(
-                    BrokenOff(
-                        "the connection closed in the middle of the response"
-                        + (f" ({exc.__class__.__name__}: {exc})" if exc else "")
-                    )
-                )
             else:
+                cause = f" ({exc.__class__.__name__}: {exc})" if exc else ""
                 response._fail(
-                    ClosedEarly(
-                        "the connection closed before a response"
-                        + (f" ({exc.__class__.__name__}: {exc})" if exc else "")
-                    )
+                    BrokenOff(f"the connection closed in the middle of the response{cause}")
+                    if response.got_bytes
+                    else ClosedEarly(f"the connection closed before a response{cause}")
                 )
         self._pool.lost(self)
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import io
+import os
+import shutil
+import socket
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,6 +89,21 @@ def upstream() -> Iterator[RunningUpstream]:
     script = ScriptedUpstream()
     with LoopbackServer(script.app) as server:
         yield RunningUpstream(script, server)
+
+
+@pytest.fixture
+def unix_upstream() -> Iterator[RunningUpstream]:
+    """A scripted upstream served by uvicorn on a Unix socket: its base URL `unix:///…sock:/v1`.
+    The socket's path is short (at most 107 bytes, which a test's tmp_path may pass)."""
+    folder = tempfile.mkdtemp(prefix="ts-", dir="/tmp")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(os.path.join(folder, "vllm.sock"))
+    script = ScriptedUpstream()
+    try:
+        with LoopbackServer(script.app, sock=sock) as server:
+            yield RunningUpstream(script, server)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

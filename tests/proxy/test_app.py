@@ -325,3 +325,30 @@ def test_the_session_header_is_found_whatever_its_case_on_the_wire(
     with proxy.http() as http:
         response = http.post("/v1/chat/completions", json=make_request(), headers={name: "abc"})
     assert response.headers["x-toolsentry-session"] == "abc"
+
+
+def test_a_unix_socket_upstream_answers_the_sdk_plainly_and_streamed(
+    unix_upstream: RunningUpstream, make_proxy: Callable[..., RunningProxy]
+) -> None:
+    proxy = make_proxy(upstreams=[{"name": "sock", "base_url": unix_upstream.base_url}])
+    client = proxy.client()
+    plain = client.chat.completions.create(**make_request())
+    streamed = client.chat.completions.create(**make_request(), stream=True)
+    assert plain.choices[0].message.content == "hello"
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == "hello"
+    assert [m.id for m in client.models.list()] == ["scripted-model"]
+    assert unix_upstream.script.paths == ["/v1/chat/completions"] * 2 + ["/v1/models"]
+
+
+def test_a_base_urls_query_and_credentials_reach_the_upstream_with_every_request(
+    upstream: RunningUpstream, make_proxy: Callable[..., RunningProxy]
+) -> None:
+    url = upstream.base_url.replace("http://", "http://ann:s3cret@") + "?api-version=2024-10-21"
+    proxy = make_proxy(upstreams=[{"name": "azure", "base_url": url}])
+    client = proxy.client()
+    client.chat.completions.create(**make_request())
+    client.chat.completions.create(**make_request(), stream=True).close()
+    assert upstream.script.queries == ["api-version=2024-10-21"] * 2
+    assert {h["authorization"] for h in upstream.script.request_headers} == {
+        "Basic YW5uOnMzY3JldA=="  # ann:s3cret
+    }

@@ -221,3 +221,22 @@ def test_plain_values_in_the_environment_give_keys_and_an_upstream() -> None:
         ("127.0.0.1:9", UPSTREAM)
     ]
     assert resolved["session_headers"] == ["x-a", "x-b"]
+
+
+def test_printed_settings_mask_the_password_of_an_upstreams_base_url() -> None:
+    url = "http://ann:s3cret@127.0.0.1:9/v1?api-version=1"
+    result = CliRunner().invoke(app, ["serve", "--upstream", url, "--print-settings"], env={})
+    assert result.exit_code == 0, result.output
+    assert "s3cret" not in result.stdout
+    resolved = json.loads(result.stdout)
+    assert [(u["name"], u["base_url"]) for u in resolved["upstreams"]] == [
+        ("127.0.0.1:9", "http://ann:**********@127.0.0.1:9/v1?api-version=1")
+    ]
+
+
+def test_a_plain_unix_socket_upstream_is_named_after_its_socket() -> None:
+    url = "unix:///run/vllm/vllm.sock:/v1"
+    result = CliRunner().invoke(app, ["serve", "--upstream", url, "--print-settings"], env={})
+    assert result.exit_code == 0, result.output
+    resolved = json.loads(result.stdout)
+    assert [(u["name"], u["base_url"]) for u in resolved["upstreams"]] == [("vllm.sock", url)]

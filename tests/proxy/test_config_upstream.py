@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from proxy.config_upstream import UpstreamConfig
+from proxy.config import load_settings
+from proxy.config_upstream import UpstreamConfig, masked_url
+from proxy.errors import ConfigError
 from proxy.guard.repair import StructuredOutputs
 
 
@@ -16,10 +18,48 @@ def test_a_base_url_loses_its_trailing_slash() -> None:
     )
 
 
-@pytest.mark.parametrize("url", ["ftp://host/v1", "127.0.0.1:8001/v1", "unix:///run/vllm.sock"])
-def test_a_base_url_that_is_not_http_is_refused_naming_it(url: str) -> None:
+@pytest.mark.parametrize("url", ["ftp://host/v1", "127.0.0.1:8001/v1", "unix://run/vllm.sock"])
+def test_a_base_url_that_is_not_http_or_unix_is_refused_naming_it(url: str) -> None:
     with pytest.raises(ValidationError, match="base_url must start with http"):
         UpstreamConfig(name="vllm", base_url=url)
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://ann:s3cret@/v1", "not an http(s) or unix URL: 'http:///v1'"),
+        ("http://h:99999/v1", "Port out of range"),
+        ("unix:///run/vllm.sock:v1", "not a unix:///path/to/socket[:/base/path] URL"),
+    ],
+)
+def test_a_base_url_without_a_host_a_port_or_a_socket_path_is_refused_at_once(
+    url: str, problem: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:  # the one line the CLI prints
+        load_settings(upstreams=[url])
+    assert problem in refused.value.message
+    assert "s3cret" not in refused.value.message
+
+
+def test_a_refused_base_url_is_named_with_its_password_masked() -> None:
+    with pytest.raises(ValidationError) as refused:
+        UpstreamConfig(name="vllm", base_url="ftp://ann:s3cret@host/v1")
+    assert "s3cret" not in str(refused.value.errors()[0]["msg"])
+    assert "ftp://ann:**********@host/v1" in str(refused.value.errors()[0]["msg"])
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://ann:s3cret@h:8000/v1", "http://ann:**********@h:8000/v1"),
+        ("http://ann@h/v1?api-version=1", "http://ann:**********@h/v1?api-version=1"),
+        ("http://h/v1?to=a@b", "http://h/v1?to=a@b"),
+        ("unix:///run/vllm.sock:/v1", "unix:///run/vllm.sock:/v1"),
+    ],
+)
+def test_a_base_url_is_shown_with_its_password_masked(url: str, shown: str) -> None:
+    assert UpstreamConfig(name="vllm", base_url=url).shown_base_url == shown
+    assert masked_url(url) == shown
 
 
 @pytest.mark.parametrize("field", ["timeout", "connect_timeout", "pool_timeout", "total_timeout"])

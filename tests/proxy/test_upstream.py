@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import threading
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ from proxy.errors import (
 from proxy.testing import SSE, Fault, LoopbackServer, ScriptedUpstream, unused_socket
 from proxy.upstream import HttpUpstream, chat_request_headers
 from proxy.upstream_response import UpstreamStream
+from tests.proxy.conftest import RunningUpstream
 
 
 def _config(name: str, url: str) -> UpstreamConfig:
@@ -196,3 +198,61 @@ async def test_an_idle_pooled_connection_is_let_go_before_the_servers_keep_alive
     assert ports[0] == ports[1]  # kept alive between requests close together
     assert ports[2] != ports[1]  # let go once idle past keepalive_timeout
     assert UpstreamConfig(name="d", base_url="http://127.0.0.1:1/v1").keepalive_timeout < 5
+
+
+# ---------------------------------------------------------------- base URLs
+
+
+async def test_an_upstream_on_a_unix_socket_is_reached_through_it_and_keeps_its_connection(
+    unix_upstream: RunningUpstream,
+) -> None:
+    script, server = unix_upstream.script, unix_upstream.server
+    for url in (server.url[:-1], f"{server.url}/v1"):  # base path /v1: by default, or given
+        upstream = HttpUpstream(_config("sock", url), api_key=None, retries=0)
+        try:
+            answers = [
+                await upstream.request("POST", "chat/completions", body=b"{}", headers={}),
+                await upstream.request("GET", "models", body=None, headers={}),
+            ]
+            async with upstream.stream(
+                "chat/completions", body=b'{"stream": true}', headers={}
+            ) as opened:
+                streamed = await _read_all(opened)
+            kept = upstream.pool().idle
+        finally:
+            await upstream.close()
+        assert [a.status for a in answers] == [200, 200]
+        assert answers[1].json()["data"][0]["id"] == "scripted-model"
+        assert streamed.endswith(b"data: [DONE]\n\n")
+        assert kept == 1  # one connection for the three, kept alive
+    assert script.paths == ["/v1/chat/completions", "/v1/models", "/v1/chat/completions"] * 2
+    assert {h["host"] for h in script.request_headers} == {"localhost"}
+
+
+async def test_userinfo_in_the_base_url_is_sent_as_basic_auth_unless_a_key_is_configured() -> None:
+    script = ScriptedUpstream()
+    with LoopbackServer(script.app) as server:
+        url = server.url.replace("http://", "http://ann:s%3Acret@") + "/v1"
+        for api_key in (None, "sk-up"):
+            upstream = HttpUpstream(_config("s", url), api_key=api_key, retries=0)
+            try:
+                await upstream.request("POST", "chat/completions", body=b"{}", headers={})
+            finally:
+                await upstream.close()
+    basic = "Basic " + base64.b64encode(b"ann:s:cret").decode()
+    assert [h["authorization"] for h in script.request_headers] == [basic, "Bearer sk-up"]
+
+
+async def test_an_error_names_the_url_without_the_credentials_of_the_base_url() -> None:
+    with unused_socket() as refusing:
+        port = refusing.getsockname()[1]
+        url = f"http://ann:s3cret@127.0.0.1:{port}/v1?api-version=1"
+        upstream = HttpUpstream(_config("down", url), api_key=None, retries=0)
+        try:
+            with pytest.raises(UpstreamConnectError) as failed:
+                await upstream.request("GET", "models", body=None, headers={})
+        finally:
+            await upstream.close()
+    assert "s3cret" not in str(failed.value)
+    assert "ann" not in str(failed.value)
+    assert f"(http://127.0.0.1:{port}/v1/models?api-version=1)" in str(failed.value)

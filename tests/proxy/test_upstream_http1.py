@@ -75,11 +75,12 @@ class Server:
             writer.close()
 
     @contextlib.asynccontextmanager
-    async def running(self, **config: float) -> AsyncIterator[HttpUpstream]:
+    async def running(self, base_path: str = "/v1", **config: float) -> AsyncIterator[HttpUpstream]:
         server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
+        base_url = f"http://127.0.0.1:{port}{base_path}"
         upstream = HttpUpstream(
-            UpstreamConfig(name="s", base_url=f"http://127.0.0.1:{port}/v1", **config),  # type: ignore[arg-type]
+            UpstreamConfig(name="s", base_url=base_url, **config),  # type: ignore[arg-type]
             api_key=None,
             retries=0,
         )
@@ -286,6 +287,77 @@ async def test_connection_close_and_a_head_request_are_not_kept_alive() -> None:
         await upstream.request("POST", "x", body=b"{}", headers={})
         assert upstream.pool().idle == 0
     assert server.connections == 3
+
+
+async def test_a_connection_whose_body_ended_with_it_gives_its_place_in_the_pool_back() -> None:
+    # One connection allowed: each answer ends when the server closes, and the next request
+    # needs the place the closed connection held.
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{"n":1}')
+        await writer.drain()
+
+    server = Server(handler)
+    async with server.running(max_connections=1, pool_timeout=5) as upstream:
+        answers = [await upstream.request("GET", "x", body=None, headers={}) for _ in range(3)]
+        async with upstream.stream("x", body=None, headers={}, method="GET") as opened:
+            streamed = b"".join([chunk async for chunk in opened.chunks])
+    assert [a.json() for a in answers] == [{"n": 1}] * 3
+    assert streamed == b'{"n":1}'
+    assert server.connections == 4
+
+
+async def test_a_base_urls_query_is_on_every_request_line_merged_with_a_requests_own() -> None:
+    lines: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while request := await read_request(reader):
+            lines.append(request.partition(b"\r\n")[0])
+            writer.write(reply(b"{}"))
+            await writer.drain()
+
+    async with Server(handler).running("/openai/v1?api-version=2024-10-21") as upstream:
+        await upstream.request("POST", "chat/completions", body=b"{}", headers={})
+        async with upstream.stream("chat/completions", body=b"{}", headers={}) as opened:
+            assert [chunk async for chunk in opened.chunks] == [b"{}"]
+        await upstream.request("GET", "models?limit=2&api-version=1", body=None, headers={})
+        await upstream.request("GET", "/health", body=None, headers={})
+    assert lines == [
+        b"POST /openai/v1/chat/completions?api-version=2024-10-21 HTTP/1.1",
+        b"POST /openai/v1/chat/completions?api-version=2024-10-21 HTTP/1.1",
+        b"GET /openai/v1/models?api-version=2024-10-21&limit=2 HTTP/1.1",
+        b"GET /openai/health?api-version=2024-10-21 HTTP/1.1",
+    ]
+
+
+async def test_a_redirect_is_the_answer_passed_back_never_followed() -> None:
+    requests: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while request := await read_request(reader):
+            requests.append(request)
+            writer.write(
+                reply(
+                    b'{"moved":true}',
+                    "location: /v2/chat/completions",
+                    status="307 Temporary Redirect",
+                )
+            )
+            await writer.drain()
+
+    async with Server(handler).running() as upstream:
+        plain = await upstream.request("POST", "chat/completions", body=b"{}", headers={})
+        async with upstream.stream("chat/completions", body=b"{}", headers={}) as opened:
+            streamed = (opened.status, opened.headers, [c async for c in opened.chunks])
+    assert (plain.status, plain.headers["location"], plain.json()) == (
+        307,
+        "/v2/chat/completions",
+        {"moved": True},
+    )
+    assert streamed[0] == 307
+    assert streamed[1]["location"] == "/v2/chat/completions"
+    assert streamed[2] == [b'{"moved":true}']
+    assert len(requests) == 2  # one each: nothing went to the location
 
 
 async def test_a_body_without_length_or_chunks_ends_when_the_server_closes() -> None:
