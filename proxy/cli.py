@@ -340,7 +340,8 @@ def check_runnable(settings: Settings) -> None:
     check_shadow(settings)
     proxies = environment_proxies(os.environ)
     for upstream in settings.upstreams:
-        origin_for(upstream, proxies)  # TLS files that cannot be used, a proxy that is not http
+        for url in upstream.replica_urls:  # TLS files that cannot be used, a proxy not http
+            origin_for(upstream.replica(url), proxies)
     if settings.workers > 1 and settings.store == "memory":
         raise ConfigError(
             "--workers > 1 needs a shared session store: each worker would keep its own memory "
