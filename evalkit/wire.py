@@ -19,8 +19,9 @@ What each protocol writes in its own way:
 An answer's `raw_data` is the chat choice it amounts to (what `evalkit.analysis` reads) and the
 protocol under `api`; a Responses or Messages answer's own body is kept beside it under `body`,
 so every protocol's results read the same way. Endpoint failures become `EndpointError` with the
-status, the error type and the error's own message, the proxy's `error_budget_exhausted` 429
-included (the SDKs do not retry it: the proxy says `x-should-retry: false`).
+status, the error type and the error's own message, the proxy's `error_budget_exhausted` refusal
+(429, 400 on the Responses API) included (the SDKs do not retry it: the proxy says
+`x-should-retry: false`).
 """
 
 from __future__ import annotations

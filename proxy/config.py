@@ -30,7 +30,7 @@ from pydantic_settings import (
 )
 
 from proxy.config_upstream import MASK, UpstreamConfig
-from proxy.errors import ConfigError
+from proxy.errors import EXHAUSTION_STATUS, ConfigError
 from proxy.guard.dialect import SchemaDialect
 from proxy.guard.repair import OnUnrepaired, RepairMode
 from proxy.guard.tool_errors import (
@@ -41,6 +41,7 @@ from proxy.guard.tool_errors import (
     compile_pattern,
     tool_error_pattern,
 )
+from proxy.guard.unrepaired import DEFAULT_ON_UNREPAIRED, UnrepairedPolicy
 from proxy.protocols.base import API
 from proxy.session.budget import DEFAULT_SESSION_HEADERS, ExhaustionPolicy
 
@@ -236,6 +237,10 @@ class Settings(BaseSettings):
     max_errors: int = Field(default=10, ge=1, description="Errors a session may experience.")
     exhaustion_policy: ExhaustionPolicy = ExhaustionPolicy.REJECT
     """What happens once a session's error budget is spent."""
+    exhaustion_status: int | dict[API, int] = Field(
+        default_factory=lambda: {API(api): n for api, n in EXHAUSTION_STATUS.items()}
+    )
+    """The 4xx status a spent session's request is refused with (`reject`): one for every protocol (429 for all, as earlier releases answered), or per protocol; default 429 for chat and messages, 400 for responses, so that each protocol's clients show the message once, without retrying (docs/clients.md)."""
     tool_error_prefix: str = Field(
         default="Error",
         description="A tool result starting with this reports a tool error, whatever the client "
@@ -248,8 +253,10 @@ class Settings(BaseSettings):
     """reask: re-ask the model when a tool call fails validation; constrain: re-ask under the upstream's structured outputs (a named or required call, strict schemas), plainly where the upstream refuses them; off: pass failures through and count them."""
     max_reasks: int = Field(default=2, ge=0, le=10)
     """Re-asks per failed tool call before on_unrepaired applies."""
-    on_unrepaired: OnUnrepaired = OnUnrepaired.PASSTHROUGH
-    """What the client gets when repair gives up on a tool call."""
+    on_unrepaired: OnUnrepaired | dict[str, OnUnrepaired] = Field(
+        default_factory=lambda: {k: OnUnrepaired(v) for k, v in DEFAULT_ON_UNREPAIRED.items()}
+    )
+    """What the client gets when repair gives up on a tool call: passthrough, strip or reject, for every channel or per channel (`{default: passthrough, unknown_tool: strip}`, the default: docs/clients.md)."""
     enforce_strict: bool = Field(
         default=False,
         description="Declare the client's own tools strict on the first attempt (tool_choice "
@@ -391,6 +398,20 @@ class Settings(BaseSettings):
     def _workers_auto(cls, value: Any) -> Any:
         if isinstance(value, str) and value.strip().lower() == "auto":
             return usable_cpus()
+        return value
+
+    @field_validator("on_unrepaired")
+    @classmethod
+    def _channels(cls, value: Any) -> Any:
+        UnrepairedPolicy.read(value)  # raises ValueError for a key that names no channel
+        return value
+
+    @field_validator("exhaustion_status")
+    @classmethod
+    def _client_error(cls, value: int | dict[API, int]) -> int | dict[API, int]:
+        for status in [value] if isinstance(value, int) else value.values():
+            if not 400 <= status <= 499:
+                raise ValueError(f"a refusal's status is a 4xx, got {status}")
         return value
 
     @field_validator("repair", mode="before")
@@ -538,7 +559,8 @@ def one_line(text: str) -> str:
 
 class _EnvSource(EnvSettingsSource):
     """`TOOLSENTRY_*` variables, where a list may also be written plainly: one value, or values
-    separated by commas (`TOOLSENTRY_API_KEYS=sk-a,sk-b`, `TOOLSENTRY_UPSTREAMS=http://h/v1`).
+    separated by commas (`TOOLSENTRY_API_KEYS=sk-a,sk-b`, `TOOLSENTRY_UPSTREAMS=http://h/v1`),
+    and a setting that takes one value or a mapping its one value (`TOOLSENTRY_ON_UNREPAIRED=strip`).
     A value that starts like JSON is JSON, and one that is not valid JSON is a ConfigError
     naming its variable (`TOOLSENTRY_SHADOW_MODELS` for a section's setting)."""
 
@@ -549,6 +571,8 @@ class _EnvSource(EnvSettingsSource):
                 return super().decode_complex_value(field_name, field, value)
             except ValueError as exc:
                 raise _NotJSON(field_name, exc) from exc
+        if get_origin(without_none(field.annotation)) is not list:
+            return text  # one plain value of a setting that also takes a mapping
         return [item.strip() for item in text.split(",") if item.strip()]
 
     def prepare_field_value(
@@ -626,6 +650,8 @@ def shown(value: Any) -> str:
         return str(value.value)
     if isinstance(value, list):
         return ",".join(shown(v) for v in value) if value else "none"
+    if isinstance(value, dict):
+        return ", ".join(f"{shown(k)}: {shown(v)}" for k, v in value.items())
     if isinstance(value, BaseModel):
         return "see below"
     return str(value)
@@ -662,6 +688,9 @@ def settings_fields(
         path = (*prefix, name)
         annotation = without_none(field.annotation)
         metavar = _scalar_metavar(annotation)
+        if metavar is None and get_origin(annotation) in (Union, UnionType):
+            # One value or a mapping (on_unrepaired): the flag gives the one value.
+            metavar = _scalar_metavar(get_args(annotation)[0])
         extra = field.json_schema_extra
         if metavar is not None and isinstance(extra, dict) and "metavar" in extra:
             metavar = str(extra["metavar"])  # a value the type alone does not say (`auto`)

@@ -6,7 +6,7 @@
     ├── AuthenticationError           401 authentication_error
     ├── PermissionDeniedError         403 permission_error
     ├── NotFoundError                 404 not_found_error
-    ├── BudgetExhaustedError          429 error_budget_exhausted
+    ├── BudgetExhaustedError          `exhaustion_status` (429; 400 on /v1/responses) error_budget_exhausted
     ├── UnrepairedToolCallError       422 invalid_tool_call   (on_unrepaired: reject)
     ├── ConfigError                   (exit code 2; never reaches a client)
     ├── SessionStoreError             503 session_store_unavailable
@@ -23,7 +23,8 @@ Every error a client can see is rendered by `error_body` as
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar, Final
 
 
 class ToolsentryError(Exception):
@@ -76,10 +77,26 @@ class NotFoundError(ToolsentryError):
 
 
 class BudgetExhaustedError(ToolsentryError):
-    """The session has used its error budget and the policy is `reject` (DESIGN §5)."""
+    """The session has used its error budget and the policy is `reject` (DESIGN §5). Its status
+    is the `exhaustion_status` of the request's protocol (`EXHAUSTION_STATUS` by default); it
+    always carries `x-should-retry: false`."""
 
     status_code = 429
     error_type = "error_budget_exhausted"
+
+    def __init__(self, message: str, *, status: int = 429, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.status = status
+        self.headers["x-should-retry"] = "false"  # the openai and anthropic SDKs obey it
+
+
+EXHAUSTION_STATUS: Final[Mapping[str, int]] = {"chat": 429, "responses": 400, "messages": 429}
+"""The status of a refusal for a spent budget, per protocol: one that each protocol's tested
+clients show with its message, once, without retrying (docs/clients.md). Codex CLI (Responses)
+shows a 429's status alone and a 400's body; other 4xx statuses it retries five times. Claude Code
+(Messages) retries a 400 five times (it drops a beta header at each try) and shows a 429 that says
+`x-should-retry: false`; the openai SDK (Chat, and Responses outside Codex) obeys that header at
+any status."""
 
 
 class UnrepairedToolCallError(ToolsentryError):
@@ -157,6 +174,6 @@ def error_body(
 
 def status_of(exc: ToolsentryError) -> int:
     """The HTTP status a client sees for `exc` (an upstream's own status for status errors)."""
-    if isinstance(exc, UpstreamStatusError):
+    if isinstance(exc, UpstreamStatusError | BudgetExhaustedError):
         return exc.status
     return exc.status_code

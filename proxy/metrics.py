@@ -62,7 +62,9 @@ class CallOutcome(enum.StrEnum):
 
     VALID = "valid"  # valid as the model made it (or as a strict tool's form restored it)
     REPAIRED = "repaired"  # a call of an answer repaired by a local fix or a re-ask
-    INVALID = "invalid"  # passed to the client with its violation (`on_unrepaired: pass|reject`)
+    INVALID = (
+        "invalid"  # passed to the client with its violation (`on_unrepaired: passthrough|reject`)
+    )
     STRIPPED = "stripped"  # removed from the answer (`on_unrepaired: strip`)
 
 
@@ -146,7 +148,8 @@ BUDGET_EXHAUSTED = Family(
 BUDGET_REFUSALS = Family(
     "toolsentry_budget_refusals",
     "Requests not sent upstream because their session's error budget was spent (reject: the "
-    "429; finish: the closing answer); a session refused twice counts twice.",
+    "refusal, at the protocol's exhaustion_status; finish: the closing answer); a session "
+    "refused twice counts twice.",
     ("model", "api"),
 )
 SCHEMA_FALLBACKS = Family(

@@ -87,3 +87,29 @@ def run_codex_exec(base_url: str, tmp_path: Path, prompt: str) -> subprocess.Com
 def claude_bin() -> Path:
     """The pinned Claude Code (its native binary)."""
     return _client_bin("claude", "claude", "@anthropic-ai/claude-code")
+
+
+def run_claude_print(
+    base_url: str, tmp_path: Path, prompt: str, *options: str
+) -> subprocess.CompletedProcess[str]:
+    """`claude -p PROMPT --model claude-sonnet-4-5 --max-turns 5 --allowedTools Bash OPTIONS`
+    against the Messages API at `base_url` (the proxy's root), with a private HOME and no
+    traffic of its own, in an empty working directory `tmp_path/work`; its exit, output and
+    error text."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": base_url,
+        "ANTHROPIC_API_KEY": "any-key",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+    command = [str(claude_bin()), "-p", prompt, "--model", "claude-sonnet-4-5"]
+    command += ["--max-turns", "5", "--allowedTools", "Bash", *options]
+    return subprocess.run(
+        command, cwd=work, env=env, capture_output=True, text=True, timeout=240, check=False
+    )

@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.config import Settings
-from proxy.errors import BadRequestError, BudgetExhaustedError, SessionStoreError
+from proxy.errors import EXHAUSTION_STATUS, BadRequestError, BudgetExhaustedError, SessionStoreError
 from proxy.guard.channels import Channel
 from proxy.guard.dialect import SchemaFallback
 from proxy.guard.repair import ConstraintSupport, RepairMode, StructuredOutputs
 from proxy.guard.tool_errors import ToolErrorTable, identify_client
 from proxy.guard.toolcheck import GuardLimits, ToolIndex, configure_cache
+from proxy.guard.unrepaired import UnrepairedPolicy
 from proxy.headers import MAX_ERRORS_HEADER, REPAIR_HEADER
 from proxy.logs import get_logger, log_request
 from proxy.metrics import Metrics, ModelLabels, UnknownToolStats
@@ -69,6 +70,13 @@ class Pipeline:
         )
         # The budget of a request that overrides none (frozen, so every such turn shares it).
         self._budget = ErrorBudget(settings.max_errors, settings.exhaustion_policy)
+        status = settings.exhaustion_status
+        self._exhaustion_status: dict[str, int] = (
+            dict.fromkeys(EXHAUSTION_STATUS, status)
+            if isinstance(status, int)
+            else {**EXHAUSTION_STATUS, **{api.value: n for api, n in status.items()}}
+        )
+        self.unrepaired = UnrepairedPolicy.read(settings.on_unrepaired)
 
     async def begin(
         self,
@@ -86,7 +94,8 @@ class Pipeline:
         closed and `ending` holds the text to answer with.
 
         Raises BadRequestError, NotFoundError (no upstream serves the model) and, under the
-        `reject` policy of a spent budget, BudgetExhaustedError (the turn closed with 429).
+        `reject` policy of a spent budget, BudgetExhaustedError (the turn closed with the
+        protocol's `exhaustion_status`).
         """
         view = protocol.view(body, index)
         model = self.model_label(view.model)
@@ -127,16 +136,14 @@ class Pipeline:
         exchange.turn = turn
         if budget.exhausted(record.errors) and budget.policy is not ExhaustionPolicy.OBSERVE:
             self.metrics.budget_refusals.labels(model, protocol.api).inc()
-            text = (
-                f"session '{turn.shown_session}' has used its error budget: {record.errors} tool errors "
-                f"of {budget.max_errors} allowed"
+            text = exhausted_text(
+                turn.shown_session, record.errors, budget.max_errors, record.channels
             )
             if budget.policy is ExhaustionPolicy.REJECT:
-                report = await turn.close(BudgetExhaustedError.status_code)
+                status = self._exhaustion_status[protocol.api]
+                report = await turn.close(status)
                 raise BudgetExhaustedError(
-                    text,
-                    code="error_budget_exhausted",
-                    headers={**report.headers(), "x-should-retry": "false"},
+                    text, status=status, code="error_budget_exhausted", headers=report.headers()
                 )
             turn.ending = text
             await turn.close(200)
@@ -245,3 +252,13 @@ class Pipeline:
         if max_errors == budget.max_errors and policy is budget.policy:
             return budget, repair
         return ErrorBudget(max_errors, policy), repair
+
+
+def exhausted_text(session: str, errors: int, max_errors: int, channels: Mapping[str, int]) -> str:
+    """What a request of a spent session is told: the errors against the budget, and the
+    session's failures by channel (repaired ones included) so the reader learns what spent it."""
+    seen = ", ".join(f"{n} {channel}" for channel, n in sorted(channels.items()) if n)
+    return (
+        f"session '{session}' has used its error budget: {errors} errors of {max_errors} allowed"
+        + (f" (failures by channel, repaired ones included: {seen})" if seen else "")
+    )

@@ -47,6 +47,7 @@ from proxy.guard.repair import (
 )
 from proxy.guard.strict import StrictForm, restore_calls
 from proxy.guard.toolcheck import validate
+from proxy.guard.unrepaired import UnrepairedPolicy
 from proxy.logs import get_logger, log_request
 from proxy.metrics import CallOutcome, Metrics, RepairResult, UnknownToolStats
 from proxy.pipeline.report import TurnReport
@@ -87,6 +88,7 @@ class PipelineParts(Protocol):
     unknown_tools: UnknownToolStats
     shadow: Shadow | None
     constraints: ConstraintSupport
+    unrepaired: UnrepairedPolicy
 
     def constrainer(self, upstream: str, api: str) -> Constrain | None: ...
 
@@ -343,7 +345,8 @@ class Turn:
             # only: a repair that was never tried did not fail.
             self._count_repairs(found, RepairResult.SUCCESS if repaired else RepairResult.FAILURE)
         if trace is not None:
-            trace.settled(repaired=repaired, decision=_decision(repaired, settings.on_unrepaired))
+            policy = self._pipeline.unrepaired.strongest(remaining)
+            trace.settled(repaired=repaired, decision=_decision(repaired, policy))
             trace.finish_reason(reason)
         if repaired:
             self._repaired += len(found)
@@ -360,20 +363,31 @@ class Turn:
 
         Raises UnrepairedToolCallError under `on_unrepaired: reject` (the turn closed with 422).
         """
-        policy, message = self._pipeline.settings.on_unrepaired, answer.message
-        if policy is OnUnrepaired.STRIP:
-            stripped = strip_invalid(message, remaining)
-            # A failure of the message itself (a call leaked into content, an empty answer, a
-            # required call not made) has no call to remove: the client gets it, and it counts.
-            kept = [v for v in remaining if v.call_index is None]
+        policy, message = self._pipeline.unrepaired, answer.message
+        if policy.strongest(remaining) is OnUnrepaired.STRIP:
+            # The calls of a channel that strips go; what the rest of the message carries, and
+            # a failure of the message itself (a call leaked into content, an empty answer, a
+            # required call not made: no call to remove), the client gets, and it counts.
+            gone = {
+                v.call_index
+                for v in remaining
+                if v.call_index is not None and policy.of(v.channel) is OnUnrepaired.STRIP
+            }
+            stripped = strip_invalid(message, [v for v in remaining if v.call_index in gone])
+            kept = [v for v in remaining if v.call_index not in gone]
+            left = len(stripped.get("tool_calls") or ())
+            passed = len({v.call_index for v in kept} - {None})
             self._tally(CallOutcome.STRIPPED, len(remaining) - len(kept))
-            self._tally(CallOutcome.VALID, len(stripped.get("tool_calls") or ()))
+            self._tally(CallOutcome.INVALID, passed)
+            self._tally(CallOutcome.VALID, left - passed)
             reason = answer.finish_reason
-            if reason == "tool_calls" and not stripped.get("tool_calls"):
+            if reason == "tool_calls" and not left:
                 reason = "stop"
-            if kept:
-                self._unrepaired.extend(kept)
-                self._count(beyond(kept, found))
+            # A stripped call is a failure the agent experienced (the call it was to make is
+            # lost): it costs its error like one passed through, so a default that strips an
+            # undeclared tool's call leaves the budget's arithmetic as it was.
+            self._unrepaired.extend(remaining)
+            self._count(beyond(remaining, found))
             return replace(answer, message=stripped, finish_reason=reason, changed=True)
         self._unrepaired.extend(remaining)
         # What the client gets is reported and counted in its channels, also where a re-ask
@@ -383,7 +397,7 @@ class Turn:
         calls = message.get("tool_calls") or []
         self._tally(CallOutcome.INVALID, sum(1 for i in range(len(calls)) if i in bad))
         self._tally(CallOutcome.VALID, sum(1 for i in range(len(calls)) if i not in bad))
-        if policy is OnUnrepaired.REJECT:
+        if policy.strongest(remaining) is OnUnrepaired.REJECT:
             await self.commit()  # the 422 names the failure: counted before it goes out
             report = await self.close(UnrepairedToolCallError.status_code)
             raise UnrepairedToolCallError(

@@ -73,6 +73,8 @@ VALID_LISTS = {
     "passthrough.deny": ["/v1/embeddings", "GET /version"],
 }
 """Settings whose entries are validated: two entries each that their validator accepts."""
+VALID_VALUES: dict[str, Any] = {"exhaustion_status": 429}
+"""Settings whose flag gives one value of a setting that also takes a mapping: one it accepts."""
 
 
 def sample(setting: SettingInfo) -> tuple[list[str], Any]:
@@ -88,6 +90,8 @@ def sample(setting: SettingInfo) -> tuple[list[str], Any]:
         return [setting.flag, values[0], setting.flag, values[1]], (
             ["**********"] * 2 if masked else values
         )
+    if setting.key in VALID_VALUES:
+        return [setting.flag, str(VALID_VALUES[setting.key])], VALID_VALUES[setting.key]
     if "|" in setting.metavar:
         current = getattr(default, "value", default)
         choice = next(c for c in setting.metavar.split("|") if c != current)

@@ -154,3 +154,47 @@ def test_workers_is_a_count_or_auto() -> None:
     assert load_settings(workers="3").workers == 3
     with pytest.raises(ConfigError, match="workers"):
         load_settings(workers="all")
+
+
+@pytest.mark.parametrize(
+    ("variable", "expected"),
+    [
+        ("strip", "strip"),
+        (
+            '{"default": "reject", "unknown_tool": "strip"}',
+            {"default": "reject", "unknown_tool": "strip"},
+        ),
+    ],
+    ids=["one-value", "per-channel"],
+)
+def test_on_unrepaired_comes_from_the_environment_as_one_value_or_a_mapping(
+    monkeypatch: pytest.MonkeyPatch, variable: str, expected: object
+) -> None:
+    monkeypatch.setenv("TOOLSENTRY_ON_UNREPAIRED", variable)
+    assert load_settings().on_unrepaired == expected
+
+
+def test_exhaustion_status_comes_from_the_environment_as_one_status_or_per_protocol(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TOOLSENTRY_EXHAUSTION_STATUS", "429")
+    assert load_settings().exhaustion_status == 429
+    monkeypatch.setenv("TOOLSENTRY_EXHAUSTION_STATUS", '{"responses": 429}')
+    assert load_settings().exhaustion_status == {"responses": 429}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"on_unrepaired": {"unknown_tol": "strip"}}, "unknown channel 'unknown_tol'"),
+        ({"on_unrepaired": {"default": "drop"}}, "should be 'passthrough', 'strip' or 'reject'"),
+        ({"exhaustion_status": 200}, "a refusal's status is a 4xx"),
+        ({"exhaustion_status": {"responses": 503}}, "a refusal's status is a 4xx"),
+    ],
+)
+def test_a_setting_of_what_a_client_gets_that_names_nothing_known_stops_the_proxy(
+    overrides: dict[str, object], named: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_settings(**overrides)
+    assert named in str(raised.value)

@@ -242,6 +242,7 @@ def test_structured_outputs_on_does_not_fall_back_when_the_upstream_refuses(
 ) -> None:
     proxy = make_proxy(
         repair="constrain",
+        on_unrepaired="passthrough",
         upstreams=[{"name": "s", "base_url": upstream.base_url, "structured_outputs": "on"}],
     )
     upstream.script.push(completion(tool_calls=[tool_call("cancel_order", {})]), REFUSAL)

@@ -66,7 +66,7 @@ def test_an_undeclared_name_streamed_in_fragments_is_an_unknown_tool(
 ) -> None:
     # Each fragment alone ("get_order", "_details_v2"...) matches nothing either: only the
     # joined name may be checked.
-    proxy = make_proxy(repair="off")
+    proxy = make_proxy(repair="off", on_unrepaired="passthrough")
     upstream.script.push(SSE(split_name_chunks("get_order_details_v2", at)))
 
     name, record = streamed_call(proxy, f"s-split-unknown-{at}")

@@ -3,16 +3,24 @@ the budget gate under its policies, and the headers forwarded upstream."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
 
-from proxy.errors import BadRequestError, BudgetExhaustedError
+from proxy.errors import BadRequestError, BudgetExhaustedError, status_of
 from proxy.headers import HEADER_PREFIX, MAX_ERRORS_HEADER, REPAIR_HEADER
 from proxy.pipeline.gate import Pipeline
+from proxy.pipeline.turn import Exchange, Turn
+from proxy.protocols.responses import ResponsesProtocol
 from proxy.testing import tool_call
 from tests.proxy.builders import make_request
+from tests.proxy.metrics_text import metric
 from tests.proxy.pipeline.turns import UNKNOWN, answer, begin, counted
+
+RESPONSES_TOOLS = [
+    {"type": "function", "name": "cancel_pending_order", "parameters": {"type": "object"}}
+]
 
 
 async def test_a_spent_budget_rejects_the_next_turn_with_429_and_its_report_in_the_headers(
@@ -28,6 +36,54 @@ async def test_a_spent_budget_rejects_the_next_turn_with_429_and_its_report_in_t
     assert headers["x-should-retry"] == "false"
     assert (headers["x-toolsentry-errors"], headers["x-toolsentry-max-errors"]) == ("1", "1")
     assert counted(pipeline, "toolsentry_requests_total", status="429") == 1
+
+
+async def begin_responses(pipeline: Pipeline, session: str) -> Turn:
+    """A Responses turn of `session`, declaring one tool."""
+    exchange = Exchange("responses", time.perf_counter())
+    body = {"model": "scripted-model", "input": "Cancel #W1.", "tools": RESPONSES_TOOLS}
+    protocol = ResponsesProtocol(pipeline.limits)
+    return await pipeline.begin(protocol, body, {"x-session-id": session}, exchange)
+
+
+async def spend(pipeline: Pipeline, session: str) -> None:
+    first = await begin(pipeline, session, **{MAX_ERRORS_HEADER: "1"})
+    await first.settle(answer(UNKNOWN))
+    await first.close(200)
+
+
+@pytest.mark.parametrize(
+    ("exhaustion_status", "expected"), [(None, 400), (429, 429), ({"responses": 403}, 403)]
+)
+async def test_a_spent_responses_session_is_refused_with_its_protocols_status(
+    make_pipeline: Callable[..., Pipeline], exhaustion_status: object, expected: int
+) -> None:
+    # 400 by default: Codex CLI shows a 400's body and does not retry it; of a 429 it shows
+    # only the status. `exhaustion_status: 429` gives the earlier answer back.
+    settings = {} if exhaustion_status is None else {"exhaustion_status": exhaustion_status}
+    pipeline = make_pipeline(repair="off", max_errors=1, **settings)
+    await spend(pipeline, "s-responses")
+    with pytest.raises(BudgetExhaustedError) as raised:
+        await begin_responses(pipeline, "s-responses")
+    assert status_of(raised.value) == expected
+    assert raised.value.error_type == "error_budget_exhausted"
+    assert (raised.value.headers or {})["x-should-retry"] == "false"
+    labels = {"model": "scripted-model", "api": "responses", "status": str(expected)}
+    text = pipeline.metrics.render().decode()
+    assert metric(text, "toolsentry_requests_total", **labels) == 1
+
+
+async def test_the_budget_message_names_the_channels_that_spent_it(
+    make_pipeline: Callable[..., Pipeline],
+) -> None:
+    pipeline = make_pipeline(repair="off")
+    await spend(pipeline, "s-named")
+    with pytest.raises(BudgetExhaustedError) as raised:
+        await begin(pipeline, "s-named", **{MAX_ERRORS_HEADER: "1"})
+    assert raised.value.message == (
+        "session 's-named' has used its error budget: 1 errors of 1 allowed "
+        "(failures by channel, repaired ones included: 1 unknown_tool)"
+    )
 
 
 async def test_the_finish_policy_closes_the_turn_at_begin_with_the_text_to_answer(

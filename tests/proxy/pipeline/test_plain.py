@@ -123,8 +123,9 @@ def test_tool_choice_required_without_a_call_is_reasked_with_a_user_message(
 
 
 def test_an_unrepairable_call_passes_through_and_costs_one_error(
-    proxy: RunningProxy, upstream: RunningUpstream
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
 ) -> None:
+    proxy = make_proxy(on_unrepaired="passthrough")
     upstream.script.push(completion(tool_calls=[tool_call("refund_everything", {})]))
     raw = chat(proxy, "s-unrepaired")
     message = raw.parse().choices[0].message
@@ -419,8 +420,12 @@ def test_a_200_that_is_not_a_chat_completion_is_a_clear_502(
     ids=["400", "500", "not-json"],
 )
 def test_a_failed_reask_passes_the_original_failure_through_as_one_request(
-    proxy: RunningProxy, upstream: RunningUpstream, failure: Fault | bytes, channels: dict[str, int]
+    make_proxy: Callable[..., RunningProxy],
+    upstream: RunningUpstream,
+    failure: Fault | bytes,
+    channels: dict[str, int],
 ) -> None:
+    proxy = make_proxy(on_unrepaired="passthrough")
     bad = tool_call("cancel_order", {"order_id": "#W1"})
     reply = failure if isinstance(failure, Fault) else Fault(200, failure)
     upstream.script.push(completion(tool_calls=[bad]), reply)
@@ -485,7 +490,7 @@ def test_a_failure_repeated_on_every_reask_is_counted_once(
     assert (record["errors"], record["channels"]) == (1, {"unknown_tool": 1})
 
 
-def test_on_unrepaired_strip_removes_the_invalid_call_and_costs_no_error(
+def test_on_unrepaired_strip_removes_the_invalid_call_which_still_costs_its_error(
     make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
 ) -> None:
     proxy = make_proxy(repair="off", on_unrepaired="strip")
@@ -493,9 +498,10 @@ def test_on_unrepaired_strip_removes_the_invalid_call_and_costs_no_error(
     raw = chat(proxy, "s-strip-call")
     choice = raw.parse().choices[0]
     assert [c.function.name for c in choice.message.tool_calls] == ["cancel_pending_order"]
-    assert raw.headers["x-toolsentry-errors"] == "0"
+    assert raw.headers["x-toolsentry-errors"] == "1"  # the agent lost the call it was to make
     assert raw.headers["x-toolsentry-violations"] == "unknown_tool"
-    assert proxy.session("s-strip-call")["channels"] == {"unknown_tool": 1}
+    session = proxy.session("s-strip-call")
+    assert (session["errors"], session["channels"]) == (1, {"unknown_tool": 1})
     text = proxy.metrics()
     assert (
         metric(

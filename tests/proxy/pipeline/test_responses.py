@@ -255,22 +255,30 @@ def test_codex_and_claude_code_session_headers_name_the_session(
     assert claude.headers["x-toolsentry-session"] == "cc-1"
 
 
-def test_the_budgets_429_is_raised_by_the_sdk_without_a_retry(
-    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [({}, openai.BadRequestError), ({"exhaustion_status": 429}, openai.RateLimitError)],
+    ids=["default-400", "429"],
+)
+def test_the_budgets_refusal_is_raised_by_the_sdk_without_a_retry(
+    make_proxy: Callable[..., RunningProxy],
+    upstream: RunningUpstream,
+    settings: dict[str, Any],
+    error: type[openai.APIStatusError],
 ) -> None:
-    proxy = make_proxy(max_errors=1, repair="off")
+    proxy = make_proxy(max_errors=1, repair="off", **settings)
     upstream.script.push(answer(None, call("cancel_order", {})))
     client = proxy.client(max_retries=3, default_headers={"x-session-id": "spent"})
     client.responses.create(**make_request())
-    with pytest.raises(openai.RateLimitError) as caught:
+    with pytest.raises(error) as caught:
         client.responses.create(**make_request())
     assert caught.value.response.headers["x-should-retry"] == "false"
     assert caught.value.body["type"] == "error_budget_exhausted"  # type: ignore[index]
+    assert "has used its error budget" in caught.value.message
     assert len(upstream.script.requests) == 1
+    status = str(caught.value.status_code)
     text = proxy.metrics()
-    assert (
-        metric(text, "toolsentry_requests_total", api="responses", model=MODEL, status="429") == 1
-    )
+    assert metric(text, "toolsentry_requests_total", api="responses", model=MODEL, status=status)
 
 
 def test_unknown_request_fields_reach_the_upstream_and_the_reply_comes_back_as_sent(

@@ -275,7 +275,7 @@ def test_the_clients_headers_reach_the_upstream_with_the_stream_and_the_reask(
 def test_stream_headers_reflect_the_session_as_the_stream_starts(
     make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
 ) -> None:
-    proxy = make_proxy(repair="off")
+    proxy = make_proxy(repair="off", on_unrepaired="passthrough")
     upstream.script.push(completion(tool_calls=[tool_call("refund_everything", {})]))
     first = stream_chat(proxy, "s-headers")
     second = stream_chat(proxy, "s-headers")
@@ -341,8 +341,9 @@ def test_several_choices_and_usage_sum_every_attempt_in_the_stream(
 
 
 def test_an_unrepairable_call_passes_through_the_stream_and_costs_one_error(
-    proxy: RunningProxy, upstream: RunningUpstream
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
 ) -> None:
+    proxy = make_proxy(on_unrepaired="passthrough")
     upstream.script.push(completion(tool_calls=[tool_call("refund_everything", {})]))
     streamed = stream_chat(proxy, "s-unrep")
     assert streamed.completion.choices[0].message.tool_calls[0].function.name == "refund_everything"
@@ -352,8 +353,9 @@ def test_an_unrepairable_call_passes_through_the_stream_and_costs_one_error(
 
 
 def test_a_failed_reask_leaves_the_call_to_pass_through_the_stream_as_one_request(
-    proxy: RunningProxy, upstream: RunningUpstream
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
 ) -> None:
+    proxy = make_proxy(on_unrepaired="passthrough")
     upstream.script.push(completion(tool_calls=[HALLUCINATED]), Fault(500, b"engine died"))
     streamed = stream_chat(proxy, "s-reask-500")
     assert streamed.completion.choices[0].message.tool_calls[0].function.name == "cancel_order"

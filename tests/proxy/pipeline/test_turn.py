@@ -16,7 +16,7 @@ from proxy.metrics import CallOutcome, RepairResult
 from proxy.pipeline.gate import Pipeline
 from proxy.pipeline.turn import beyond
 from proxy.session.stores import MemoryStore, SessionRecord
-from proxy.testing import Fault, ScriptedUpstream, completion
+from proxy.testing import Fault, ScriptedUpstream, completion, tool_call
 from tests.proxy.pipeline.turns import UNKNOWN, VALID, answer, begin, counted
 
 
@@ -81,7 +81,7 @@ async def test_without_repair_the_failure_reaches_the_client_and_costs_one_error
     settings: dict[str, Any],
     headers: dict[str, str],
 ) -> None:
-    pipeline = make_pipeline(**settings)
+    pipeline = make_pipeline(on_unrepaired="passthrough", **settings)
     turn = await begin(pipeline, "s-off", **headers)
     settled = await turn.settle(answer(UNKNOWN, VALID))
     assert settled.message["tool_calls"] == [UNKNOWN, VALID]
@@ -110,9 +110,25 @@ async def test_on_unrepaired_strip_removes_the_call_and_a_message_left_without_c
     assert not settled.message.get("tool_calls")
     assert settled.finish_reason == "stop"
     report = await turn.close(200)
-    assert (report.errors, report.violations) == (0, ("unknown_tool",))
+    assert (report.errors, report.violations) == (1, ("unknown_tool",))
     stripped = CallOutcome.STRIPPED.value
     assert counted(pipeline, "toolsentry_tool_calls_total", outcome=stripped) == 1
+
+
+async def test_per_channel_on_unrepaired_strips_one_call_and_passes_the_other(
+    make_pipeline: Callable[..., Pipeline],
+) -> None:
+    pipeline = make_pipeline(repair="off")  # the default: unknown_tool strips, the rest passes
+    turn = await begin(pipeline, "s-mixed")
+    bad_arguments = tool_call("cancel_pending_order", "{not json")
+    settled = await turn.settle(answer(UNKNOWN, bad_arguments))
+    assert settled.message["tool_calls"] == [bad_arguments]
+    assert settled.finish_reason == "tool_calls"
+    report = await turn.close(200)
+    assert report.errors == 2  # the stripped call is a failure the agent experienced too
+    assert sorted(report.violations) == ["malformed_arguments", "unknown_tool"]
+    assert counted(pipeline, "toolsentry_tool_calls_total", outcome="stripped") == 1
+    assert counted(pipeline, "toolsentry_tool_calls_total", outcome="invalid") == 1
 
 
 async def test_on_unrepaired_reject_closes_the_turn_with_422_and_raises(

@@ -4,13 +4,11 @@ proxy re-asks in Messages form, Claude Code runs the repaired `Bash` call and fi
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from proxy.testing import answer, call
-from tests.clients import claude_bin
+from tests.clients import run_claude_print
 from tests.proxy.conftest import RunningProxy, RunningUpstream
 
 MARKER = "toolsentry-was-here"
@@ -49,31 +47,11 @@ class ClaudeCodeScript:
 def test_claude_code_runs_the_repaired_call_and_the_session_shows_one_repair(
     proxy: RunningProxy, upstream: RunningUpstream, tmp_path: Path
 ) -> None:
-    claude = claude_bin()
     script = ClaudeCodeScript()
     upstream.script.handler = script
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "ANTHROPIC_BASE_URL": proxy.server.url,
-        "ANTHROPIC_API_KEY": "any-key",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
-    }
-    command = [str(claude), "-p", "Write the marker file.", "--model", "claude-sonnet-4-5"]
-    command += ["--max-turns", "5", "--allowedTools", "Bash", "--output-format", "json"]
-    done = subprocess.run(
-        command,
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+    work = tmp_path / "work"
+    done = run_claude_print(
+        proxy.server.url, tmp_path, "Write the marker file.", "--output-format", "json"
     )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
@@ -117,25 +95,10 @@ class FailingCommandScript:
 def test_a_failed_command_claude_code_reports_is_one_tool_error_in_the_session(
     proxy: RunningProxy, upstream: RunningUpstream, tmp_path: Path
 ) -> None:
-    claude = claude_bin()
     script = FailingCommandScript()
     upstream.script.handler = script
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "ANTHROPIC_BASE_URL": proxy.server.url,
-        "ANTHROPIC_API_KEY": "any-key",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
-    }
-    command = [str(claude), "-p", "List the directory.", "--model", "claude-sonnet-4-5"]
-    command += ["--max-turns", "5", "--allowedTools", "Bash", "--output-format", "json"]
-    done = subprocess.run(
-        command, cwd=work, env=env, capture_output=True, text=True, timeout=240, check=False
+    done = run_claude_print(
+        proxy.server.url, tmp_path, "List the directory.", "--output-format", "json"
     )
     assert done.returncode == 0, done.stderr[-2000:]
     # Claude Code's own report of the failure: one tool_result flagged is_error.

@@ -139,7 +139,7 @@ def test_each_answer_with_violations_gets_its_guardrails_under_its_own_try(
 def test_a_repair_that_fails_records_every_answers_violations_as_unrepaired(
     make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream, receiver: OTLPReceiver
 ) -> None:
-    proxy = make_proxy(otlp_endpoint=receiver.endpoint, max_reasks=1)
+    proxy = make_proxy(otlp_endpoint=receiver.endpoint, max_reasks=1, on_unrepaired="passthrough")
     upstream.script.push(HALLUCINATED, HALLUCINATED)
     assert post(proxy, make_request()).status_code == 200
     spans = spans_of(receiver, 5)
