@@ -48,7 +48,7 @@ from proxy.pipeline.report import TurnReport
 from proxy.protocols.base import Choice, Message, Settled, TurnView, WireProtocol
 from proxy.protocols.constrain import Constrain
 from proxy.session.budget import ErrorBudget, owned
-from proxy.session.stores import SessionRecord, SessionStore
+from proxy.session.stores import SessionRecord, SessionStore, SessionUpdate
 from proxy.shadow import Shadow, ShadowRequest, judge_for
 from proxy.shadowstats import Decision
 from proxy.tracing import CURRENT as CURRENT_TRACE
@@ -519,22 +519,23 @@ class Turn:
         pipeline = self._pipeline
         errors = len(self._unrepaired)
         if errors or self._found or self._repaired:
-            passed_ids = [v.call_id for v in self._unrepaired if v.call_id]
-            if passed_ids:
-                # A later tool error for a call already counted must not count twice.
-                await pipeline.store.claim_call_ids(self.session, passed_ids, now=time.time())
-            self.record = await pipeline.store.record(
-                self.session,
-                max_errors=self.budget.max_errors,
+            # One atomic step, one round trip: the counts, the delivered failures' call ids
+            # (a later tool error for a call already counted must not count twice) and the
+            # responses' links.
+            update = SessionUpdate(
+                self.budget.max_errors,
                 errors=errors,
                 repairs=self._repaired,
                 channels=Counter(v.channel.value for v in self._found),
-                now=time.time(),
+                claims=[v.call_id for v in self._unrepaired if v.call_id],
+                responses=self._responses,
             )
+            self.record = (await pipeline.store.apply(self.session, update, now=time.time())).record
             if self.budget.spent_by(self.record.errors, errors):
                 pipeline.metrics.budget_exhausted.labels(self.model, self.protocol.api).inc()
-        for response_id in self._responses:
-            await pipeline.store.link_response(response_id, self.session, now=time.time())
+        else:
+            for response_id in self._responses:
+                await pipeline.store.link_response(response_id, self.session, now=time.time())
         report = self._closed = self._report(status, final=True)
         series = pipeline.metrics.for_model(self.model, self.protocol.api)
         for outcome, count in self._outcomes.items():
