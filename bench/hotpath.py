@@ -12,6 +12,7 @@ proxy's own code costs per request.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import hashlib
 import os
@@ -97,14 +98,23 @@ def with_tool_error(raw: bytes) -> bytes:
 
 
 async def side_by_side(
-    server: RedisServer, drivers: dict[str, AsgiDriver], loops: int, repeat: int
+    server: RedisServer,
+    drivers: dict[str, AsgiDriver],
+    loops: int,
+    repeat: int,
+    concurrency: int = 1,
 ) -> tuple[dict[str, list[float]], list[RedisStats], float]:
-    """CPU µs per request of each driver over `repeat` interleaved rounds of `loops`, what Redis
-    did in each round of the `redis` driver, and the commands it was sent per request."""
+    """CPU µs per request of each driver over `repeat` interleaved rounds of `loops` requests
+    (`concurrency` at a time), what Redis did in each round of the `redis` driver, and the
+    commands it was sent per request."""
 
-    async def requests(driver: AsgiDriver, n: int) -> None:
+    async def one_by_one(driver: AsgiDriver, n: int) -> None:
         for _ in range(n):
             await driver.request()
+
+    async def requests(driver: AsgiDriver, n: int) -> None:
+        shares = [n // concurrency + (i < n % concurrency) for i in range(concurrency)]
+        await asyncio.gather(*(one_by_one(driver, share) for share in shares))
 
     for driver in drivers.values():
         await requests(driver, 20)  # warm: caches filled, the connection made
@@ -125,7 +135,7 @@ async def side_by_side(
     return samples, redis_spent, sent[0] / 50
 
 
-def store_rows(raw: bytes, loops: int, repeat: int) -> None:
+def store_rows(raw: bytes, loops: int, repeat: int, concurrency: int = 1) -> None:
     """The chat request through the ASGI app on the memory store and on a real `redis-server`
     side by side (their rounds interleaved, so the machine's load falls on both alike), plain
     and with a tool error in its history; per request: the proxy's CPU µs, the ratio to memory,
@@ -135,7 +145,7 @@ def store_rows(raw: bytes, loops: int, repeat: int) -> None:
 
     with redis_server() as server:
         print(
-            f"{'per chat request':<40} {'min µs':>8} {'median µs':>10} {'× memory':>9} "
+            f"{f'per chat request, {concurrency} at a time':<40} {'min µs':>8} {'median µs':>10} {'× memory':>9} "
             f"{'sent':>5} {'run':>6} {'redis µs':>9}"
         )
         for label, body in (("plain", raw), ("tool error", with_tool_error(raw))):
@@ -144,7 +154,9 @@ def store_rows(raw: bytes, loops: int, repeat: int) -> None:
                 "redis": AsgiDriver(stubbed_app(server.url), body),
             }
 
-            samples, redis_spent, sent = uvloop.run(side_by_side(server, drivers, loops, repeat))
+            samples, redis_spent, sent = uvloop.run(
+                side_by_side(server, drivers, loops, repeat, concurrency)
+            )
             base = statistics.median(samples["memory"])
             for name, driver in drivers.items():
                 driver.check()
@@ -212,13 +224,19 @@ def main() -> None:
         action="store_true",
         help="only the chat request on the memory store and on a real redis-server, side by side",
     )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="with --stores: requests in flight at once (each round's requests split among them)",
+    )
     args = parser.parse_args()
     rep = args.repeat
     raw = request_body()
     devnull = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     configure_logging("info", stream=devnull)
     if args.stores:
-        store_rows(raw, 300, rep)
+        store_rows(raw, 300, rep, args.concurrency)
         return
     if args.only_app:
         low, mid = app_request_us(raw, 500, rep)
