@@ -52,10 +52,10 @@ local function rank(t) return string.format('%020.6f', t) end
 
 # The write of one phase of a turn (`RedisStore.apply`): claims, counts, links, in one script.
 # KEYS: session hash, claims, recent index, failing index.
-# ARGV: session, now, max_errors, errors, repairs, requests, purge ("1": purge a batch of
-#       expired sessions), claimed channel ("" when fresh claims count nowhere), the number of
-#       claims, the number of links, then the claimed call ids, the response ids to link, and
-#       channel/count pairs.
+# ARGV: session, now, the figures "max_errors errors repairs requests claims links purge" (one
+#       argument: a command's cost grows with its arguments, on both sides), the claimed channel
+#       ("" when fresh claims count nowhere), then the claimed call ids, the response ids to
+#       link, and channel/count pairs. purge 1: purge a batch of expired sessions first.
 # The store's constants (TTL, TTL_MS, PREFIX, BATCH) are written into the script's text.
 # Returns created_at, updated_at, errors, max_errors, repairs, requests, the number of fresh
 # claims, the fresh claims, then channel/count pairs.
@@ -67,13 +67,16 @@ _APPLY_LUA = """
 local hash, claims, recent, failing = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local session, now_s = ARGV[1], ARGV[2]
 local now = tonumber(now_s)
-local nclaims, nlinks = tonumber(ARGV[9]), tonumber(ARGV[10])
+local figures = {}
+for figure in string.gmatch(ARGV[3], '%d+') do figures[#figures + 1] = tonumber(figure) end
+local max_errors, add_errors, add_repairs, add_requests, nclaims, nlinks, purge = unpack(figures)
+local claimed_channel = ARGV[4]
 local function member(t, name) return string.format('%020.6f', t) .. '|' .. name end
 local function cutoff() return string.format('%.17g', now - TTL) end
 
 -- Sessions last updated a TTL ago leave the indexes, a bounded batch. Their hash may already
 -- be gone (Redis expired it), so the rank is rebuilt from the recent index's score.
-if ARGV[7] == '1' then
+if purge == 1 then
   local stale = redis.call('ZRANGEBYSCORE', recent, '-inf', cutoff(), 'WITHSCORES', 'LIMIT', 0, BATCH)
   for i = 1, #stale, 2 do
     local name = stale[i]
@@ -92,7 +95,7 @@ local fresh = {}
 if nclaims > 0 then
   redis.call('ZREMRANGEBYSCORE', claims, '-inf', cutoff())
   local ids, seen = {}, {}
-  for i = 11, 10 + nclaims do
+  for i = 5, 4 + nclaims do
     if not seen[ARGV[i]] then
       seen[ARGV[i]] = true
       ids[#ids + 1] = ARGV[i]
@@ -140,15 +143,15 @@ elseif now > updated then
   put('updated_at', now_s)
 end
 local claimed = 0
-if ARGV[8] ~= '' then claimed = #fresh end
-add('errors', tonumber(ARGV[4]) + claimed)
-add('repairs', tonumber(ARGV[5]))
-add('requests', tonumber(ARGV[6]))
-if h.max_errors ~= ARGV[3] then put('max_errors', ARGV[3]) end
-for i = 11 + nclaims + nlinks, #ARGV, 2 do
+if claimed_channel ~= '' then claimed = #fresh end
+add('errors', add_errors + claimed)
+add('repairs', add_repairs)
+add('requests', add_requests)
+if tonumber(h.max_errors) ~= max_errors then put('max_errors', string.format('%d', max_errors)) end
+for i = 5 + nclaims + nlinks, #ARGV, 2 do
   add('c:' .. ARGV[i], tonumber(ARGV[i + 1]))
 end
-if claimed > 0 then add('c:' .. ARGV[8], claimed) end
+if claimed > 0 then add('c:' .. claimed_channel, claimed) end
 if #set > 0 then redis.call('HSET', hash, unpack(set)) end
 redis.call('PEXPIRE', hash, TTL_MS)
 
@@ -159,7 +162,7 @@ if errors ~= before or latest ~= updated then
   if errors > 0 then redis.call('ZADD', failing, errors, member(latest, session)) end
 end
 
-for i = 11 + nclaims, 10 + nclaims + nlinks do
+for i = 5 + nclaims, 4 + nclaims + nlinks do
   redis.call('SET', PREFIX .. 'response:' .. ARGV[i], now_s .. '|' .. session, 'PX', TTL_MS)
 end
 
@@ -248,7 +251,6 @@ class RedisStore:
         *,
         prefix: str = "toolsentry:",
         socket_timeout_s: float = 5.0,
-        max_connections: int = 64,
     ) -> None:
         check_ttl(ttl_seconds)
         self._ttl = ttl_seconds
@@ -256,7 +258,7 @@ class RedisStore:
         self._clock = clock
         self._prefix = prefix
         self._url = without_password(url)
-        self._connections = Connections(url, max_connections, socket_timeout_s)
+        self._connections = Connections(url, socket_timeout_s)
         self._recent = prefix + "sessions:recent"
         self._failing = prefix + "sessions:failing"
         self._purged_at = float("-inf")
@@ -297,20 +299,11 @@ class RedisStore:
         if purge:
             self._purged_at = now
         claims, links = update.claims, update.responses
-        args: builtins.list[str] = [
-            session,
-            repr(float(now)),
-            str(update.max_errors),
-            str(update.errors),
-            str(update.repairs),
-            str(update.requests),
-            "1" if purge else "0",
-            update.claimed_channel or "",
-            str(len(claims)),
-            str(len(links)),
-            *claims,
-            *links,
-        ]
+        figures = (
+            f"{update.max_errors} {update.errors} {update.repairs} {update.requests}"
+            f" {len(claims)} {len(links)} {int(purge)}"
+        )
+        args = [session, repr(float(now)), figures, update.claimed_channel or "", *claims, *links]
         for channel, count in update.channels.items():
             if count:
                 args += (channel, str(count))
