@@ -58,19 +58,15 @@ def lua_string(text: str) -> str:
 class Script:
     """A Lua script, run with EVALSHA by its SHA-1 (loaded on the server where it is missing)."""
 
-    __slots__ = ("head", "sha", "source")
+    __slots__ = ("sha", "source")
 
     def __init__(self, source: str) -> None:
         self.source = source
         self.sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
-        self.head = b"$7\r\nEVALSHA\r\n$40\r\n" + self.sha.encode() + b"\r\n"
 
     def packed(self, keys: Sequence[str], args: Sequence[str]) -> bytes:
         """The EVALSHA command of this script with `keys` and `args`."""
-        body = pack((str(len(keys)), *keys, *args))
-        # pack's count covers its own parts; the two in `head` are added here.
-        count, _, rest = body.partition(b"\r\n")
-        return b"*%d\r\n" % (int(count[1:]) + 2) + self.head + rest
+        return pack(("EVALSHA", self.sha, str(len(keys)), *keys, *args))
 
 
 class StaleConnection(Exception):
@@ -96,6 +92,7 @@ class Connections:
     def __init__(self, url: str, timeout_s: float) -> None:
         try:
             import redis.asyncio
+            import redis.exceptions
         except ImportError as exc:
             raise ConfigError(
                 f"session store {without_password(url)!r} needs the redis package: "
@@ -113,6 +110,8 @@ class Connections:
             raise ConfigError(f"invalid session store {without_password(url)!r}: {exc}") from exc
         self._timeout = timeout_s
         self._pipe: Pipe | None = None
+        self.errors: type[Exception] = redis.exceptions.RedisError
+        """What every failure here is an instance of (redis-py's root error)."""
 
     async def run(self, script: Script, keys: Sequence[str], args: Sequence[str]) -> Any:
         """Run `script` with `keys` and `args`; its reply. Raises redis-py's errors (a script
@@ -120,7 +119,7 @@ class Connections:
         from redis.exceptions import NoScriptError
 
         try:
-            return await self.call(script.packed(keys, args))
+            return (await self.call_many([script.packed(keys, args)]))[0]
         except NoScriptError:
             # A server that restarted or was flushed forgets loaded scripts: load it, again.
             await self.call(command("SCRIPT", "LOAD", script.source))

@@ -9,8 +9,7 @@ from __future__ import annotations
 import builtins
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Container, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
 from proxy.errors import SessionStoreError
@@ -259,6 +258,7 @@ class RedisStore:
         self._prefix = prefix
         self._url = without_password(url)
         self._connections = Connections(url, socket_timeout_s)
+        self._translated = _Translated(self._url, self._connections.errors)
         self._recent = prefix + "sessions:recent"
         self._failing = prefix + "sessions:failing"
         self._purged_at = float("-inf")
@@ -275,7 +275,7 @@ class RedisStore:
         self._add_counts_script = Script(_ADD_COUNTS_LUA)
 
     async def get(self, session: str) -> SessionRecord | None:
-        async with self._translated():
+        with self._translated:
             flat = await self._connections.call(command("HGETALL", self._session_key(session)))
         return self._live(session, _pairs(flat), self._clock())
 
@@ -313,7 +313,7 @@ class RedisStore:
             self._recent,
             self._failing,
         )
-        async with self._translated():
+        with self._translated:
             reply = await self._connections.run(self._apply_script, keys, args)
         return _applied(session, reply)
 
@@ -321,7 +321,7 @@ class RedisStore:
         self, session: str, call_ids: Sequence[str], *, now: float
     ) -> builtins.list[str]:
         args = [repr(float(now)), repr(float(now) - self._ttl), str(self._ttl_ms), *call_ids]
-        async with self._translated():
+        with self._translated:
             fresh = await self._connections.run(
                 self._claim_script, (self._claims_key(session),), args
             )
@@ -329,7 +329,7 @@ class RedisStore:
 
     async def delete(self, session: str) -> bool:
         keys = (self._session_key(session), self._claims_key(session), self._recent, self._failing)
-        async with self._translated():
+        with self._translated:
             updated = await self._connections.run(self._delete_script, keys, (session,))
         return updated is not None and float(updated) + self._ttl > self._clock()
 
@@ -342,13 +342,13 @@ class RedisStore:
         args = [str(max_fields or 0)]
         for name, count in counts.items():
             args += (name, str(count))
-        async with self._translated():
+        with self._translated:
             await self._connections.run(
                 self._add_counts_script, (self._prefix + "counts:" + key,), args
             )
 
     async def read_counts(self, key: str) -> dict[str, int]:
-        async with self._translated():
+        with self._translated:
             flat = await self._connections.call(command("HGETALL", self._prefix + "counts:" + key))
         return {k: int(v) for k, v in _pairs(flat).items()}
 
@@ -356,11 +356,11 @@ class RedisStore:
         # The link's own time decides whether it is live, as for every record of this store;
         # Redis drops the key a TTL later on its own clock, so nothing is kept for ever.
         key, value = self._response_key(response_id), f"{now!r}|{session}"
-        async with self._translated():
+        with self._translated:
             await self._connections.call(command("SET", key, value, "PX", str(self._ttl_ms)))
 
     async def session_of_response(self, response_id: str) -> str | None:
-        async with self._translated():
+        with self._translated:
             value = await self._connections.call(command("GET", self._response_key(response_id)))
         if value is None:
             return None
@@ -377,7 +377,7 @@ class RedisStore:
             raise ValueError(f"unknown order {order!r}; use 'recent' or 'failing'")
         now = self._clock()
         found: builtins.list[SessionRecord] = []
-        async with self._translated():
+        with self._translated:
             if order == "failing":
                 # The failing index holds the sessions with errors; those without follow, most
                 # recent first, from the recent index.
@@ -463,13 +463,22 @@ class RedisStore:
             return None
         return record
 
-    @asynccontextmanager
-    async def _translated(self) -> AsyncIterator[None]:
-        from redis.exceptions import RedisError
 
-        try:
-            yield
-        except RedisError as exc:
+class _Translated:
+    """A context that turns the Redis client's errors into SessionStoreError (a class, not a
+    generator: it is entered on every call)."""
+
+    __slots__ = ("_errors", "_url")
+
+    def __init__(self, url: str, errors: type[Exception]) -> None:
+        self._url = url
+        self._errors = errors
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
+        if exc is not None and isinstance(exc, self._errors):
             raise SessionStoreError(
                 f"session store {self._url} failed: {exc.__class__.__name__}: {exc}"
             ) from exc
