@@ -56,8 +56,9 @@ local function rank(t) return string.format('%020.6f', t) end
 #       ("" when fresh claims count nowhere), then the claimed call ids, the response ids to
 #       link, and channel/count pairs. purge 1: purge a batch of expired sessions first.
 # The store's constants (TTL, TTL_MS, PREFIX, BATCH) are written into the script's text.
-# Returns created_at, updated_at, errors, max_errors, repairs, requests, the number of fresh
-# claims, the fresh claims, then channel/count pairs.
+# Returns the fresh claims, the hash as it was (HGETALL's fields and values; none for a session
+# started afresh) and the fields and values written over it: the caller merges the two, so the
+# script does not loop to build its reply.
 #
 # Commands, for a session that exists: HGETALL, one HSET, ZADD recent, PEXPIRE; the failing
 # index only when the session has errors (it holds no session without), the claims set only
@@ -122,7 +123,7 @@ local before = tonumber(h.errors) or 0
 if updated and updated + TTL <= now then
   redis.call('DEL', hash)
   if before > 0 then redis.call('ZREM', failing, member(updated, session)) end
-  h, updated, before = {}, nil, 0
+  h, flat, updated, before = {}, {}, nil, 0
 end
 local set = {}
 local function put(field, value)
@@ -165,15 +166,7 @@ for i = 5 + nclaims, 4 + nclaims + nlinks do
   redis.call('SET', PREFIX .. 'response:' .. ARGV[i], now_s .. '|' .. session, 'PX', TTL_MS)
 end
 
-local out = {h.created_at, h.updated_at, h.errors, h.max_errors, h.repairs, h.requests, #fresh}
-for i = 1, #fresh do out[#out + 1] = fresh[i] end
-for field, value in pairs(h) do
-  if string.sub(field, 1, 2) == 'c:' then
-    out[#out + 1] = string.sub(field, 3)
-    out[#out + 1] = value
-  end
-end
-return out
+return {fresh, flat, set}
 """
 
 # KEYS: the session's claims. ARGV: now, cutoff (now - ttl), ttl_ms, then the call ids.
@@ -486,24 +479,12 @@ class _Translated:
 
 def _applied(session: str, reply: Sequence[Any]) -> Applied:
     """The record and fresh claims of the apply script's reply (see `_APPLY_LUA`)."""
-    created, updated, errors, max_errors, repairs, requests, fresh = reply[:7]
-    end = 7 + int(fresh)
-    channels = {}
-    for i in range(end, len(reply) - 1, 2):
-        count = int(reply[i + 1])
-        if count:
-            channels[str(reply[i])] = count
-    record = SessionRecord(
-        session,
-        int(errors),
-        int(max_errors),
-        int(repairs),
-        channels,
-        int(requests),
-        float(created),
-        float(updated),
-    )
-    return Applied(record, [str(call_id) for call_id in reply[7:end]])
+    fresh, before, written = reply
+    fields = _pairs(before)
+    fields.update(_pairs(written))
+    record = _record_from_hash(session, fields)
+    assert record is not None  # the script has just written it
+    return Applied(record, [str(call_id) for call_id in fresh])
 
 
 def _pairs(reply: Any) -> dict[str, str]:
