@@ -163,9 +163,11 @@ class Connections:
 
 
 class Pipe:
-    """One connection's commands and replies: calls queue their commands, a write task sends
-    what is queued in one write, a read task reads the replies in order and hands each call its
-    own (a cancelled call's are read and dropped)."""
+    """One connection's commands and replies. A call on an idle connection writes its commands
+    at once; calls made while replies are due queue theirs, and a write task sends what is
+    queued in one write once the loop's turn is over. A read task, alive as long as the
+    connection, reads the replies in order and hands each call its own (a cancelled call's are
+    read and dropped); it also sees a connection the server closes while idle."""
 
     def __init__(self, connection: AbstractConnection, timeout_s: float) -> None:
         self.connection = connection
@@ -178,6 +180,7 @@ class Pipe:
         self._due: deque[tuple[asyncio.Future[list[Any]], int, bool, float]] = deque()
         self._timer: asyncio.TimerHandle | None = None
         self._answered = False
+        self._writing = False
         self._writer: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[None] | None = None
         self._closing: asyncio.Task[None] | None = None
@@ -192,9 +195,14 @@ class Pipe:
         future: asyncio.Future[list[Any]] = loop.create_future()
         self._outbox.extend(commands)
         self._queued.append((future, len(commands)))
-        if self._writer is None:
-            # Runs once this turn of the loop is over: the calls made meanwhile join the write.
-            self._writer = loop.create_task(self._write())
+        if not self._writing:
+            self._writing = True
+            if not self._due and self.connection.is_connected:
+                # Idle: nothing to batch with, so no task (a task costs as much as the write).
+                await self._write()
+            else:
+                # Runs once this turn of the loop is over: the calls made meanwhile join it.
+                self._writer = loop.create_task(self._write())
         return await future  # the watchdog fails it when no reply comes in time
 
     def _watch(self) -> None:
@@ -213,14 +221,15 @@ class Pipe:
         self._fail(RedisTimeoutError(f"no reply from Redis in {self._timeout} s"))
 
     async def _write(self) -> None:
+        """Write what is queued, and what is queued meanwhile, until nothing is."""
         try:
             if not self.connection.is_connected:
                 await self.connection.connect()  # type: ignore[no-untyped-call]
+            loop = asyncio.get_running_loop()
             while self._outbox:
                 data, queued = b"".join(self._outbox), self._queued
                 self._outbox, self._queued = [], []
-                idle, loop = not self._due, asyncio.get_running_loop()
-                sent_at = loop.time()
+                idle, sent_at = not self._due, loop.time()
                 self._due.extend((future, count, idle, sent_at) for future, count in queued)
                 if self._reader is None:
                     self._reader = loop.create_task(self._read())
@@ -232,30 +241,35 @@ class Pipe:
             if not isinstance(exc, Exception):
                 raise
         finally:
+            self._writing = False
             self._writer = None
 
     async def _read(self) -> None:
+        """Read replies for as long as the connection lives, each to the call it answers."""
+        from redis.exceptions import ConnectionError as RedisConnectionError
         from redis.exceptions import ResponseError
 
+        replies: list[Any] = []
         try:
-            while self._due:
+            while True:
+                try:
+                    reply = await self.connection.read_response()
+                except ResponseError as exc:  # an error reply: the connection is fine
+                    reply = exc
+                if not self._due:
+                    raise RedisConnectionError(f"Redis sent a reply nobody asked for: {reply!r}")
+                replies.append(reply)
                 future, count = self._due[0][:2]
-                replies: list[Any] = []
-                for _ in range(count):
-                    try:
-                        replies.append(await self.connection.read_response())
-                    except ResponseError as exc:  # an error reply: the connection is fine
-                        replies.append(exc)
-                self._due.popleft()
-                self._answered = True
-                if not future.done():
-                    future.set_result(replies)
+                if len(replies) == count:
+                    self._due.popleft()
+                    self._answered = True
+                    if not future.done():
+                        future.set_result(replies)
+                    replies = []
         except BaseException as exc:
             self._fail(exc)
             if not isinstance(exc, Exception):
                 raise
-        finally:
-            self._reader = None
 
     def _fail(self, exc: BaseException, *, disconnect: bool = True) -> None:
         """Close the pipe: every call waiting on it fails (with StaleConnection where nothing
