@@ -1,13 +1,14 @@
-"""The RedisStore's connections to Redis: a bounded set of redis-py connections, each command
-written as one packed buffer and its reply read with the connection's parser (hiredis's when
-installed), and scripts run by their SHA.
+"""The RedisStore's connection to Redis: one redis-py connection shared by every call of the
+store, the calls of one turn of the event loop written together (auto-pipelining), replies read
+with the connection's parser (hiredis's when installed), scripts run by their SHA.
 
 redis-py's client costs more per command than the command's round trip: an observability
 record, a retry wrapper, a pool guarded by a lock and a condition that also reads the socket to
-check it, a task for each write's timeout. Measured in-process (bench.hotpath --stores), one
-chat request on Redis cost 259 µs of the proxy's CPU beyond memory's 62 with that client, of
-which this path saves most; the connections, their handshake (AUTH, SELECT, TLS) and their
-parsers stay redis-py's.
+check it, a task for each write's timeout, one connection (and one write and one read on both
+sides) per command in flight. Measured in-process (bench.hotpath --stores, 16 requests in
+flight; bench/results/sessions-redis.md), a chat request on Redis cost 266 µs of the proxy's CPU
+with that client against 104 here (memory: 68), and redis-server 40 µs against 19. The
+connection, its handshake (AUTH, SELECT, TLS) and its parser stay redis-py's.
 """
 
 from __future__ import annotations

@@ -51,10 +51,10 @@ local function rank(t) return string.format('%020.6f', t) end
 
 # The write of one phase of a turn (`RedisStore.apply`): claims, counts, links, in one script.
 # KEYS: session hash, claims, recent index, failing index.
-# ARGV: session, now, the figures "max_errors errors repairs requests claims links purge" (one
-#       argument: a command's cost grows with its arguments, on both sides), the claimed channel
-#       ("" when fresh claims count nowhere), then the claimed call ids, the response ids to
-#       link, and channel/count pairs. purge 1: purge a batch of expired sessions first.
+# ARGV: session, now, max_errors, errors, repairs, requests, the number of claims, the number of
+#       links, purge (1: purge a batch of expired sessions first), the claimed channel ("" when
+#       fresh claims count nowhere), then the claimed call ids, the response ids to link, and
+#       channel/count pairs.
 # The store's constants (TTL, TTL_MS, PREFIX, BATCH) are written into the script's text.
 # Returns the fresh claims, the hash as it was (HGETALL's fields and values; none for a session
 # started afresh) and the fields and values written over it: the caller merges the two, so the
@@ -67,16 +67,16 @@ _APPLY_LUA = """
 local hash, claims, recent, failing = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local session, now_s = ARGV[1], ARGV[2]
 local now = tonumber(now_s)
-local figures = {}
-for figure in string.gmatch(ARGV[3], '%d+') do figures[#figures + 1] = tonumber(figure) end
-local max_errors, add_errors, add_repairs, add_requests, nclaims, nlinks, purge = unpack(figures)
-local claimed_channel = ARGV[4]
+local max_errors, add_errors = tonumber(ARGV[3]), tonumber(ARGV[4])
+local add_repairs, add_requests = tonumber(ARGV[5]), tonumber(ARGV[6])
+local nclaims, nlinks, purge = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
+local claimed_channel = ARGV[10]
 local function member(t, name) return string.format('%020.6f', t) .. '|' .. name end
 local function cutoff() return string.format('%.17g', now - TTL) end
 
 -- Sessions last updated a TTL ago leave the indexes, a bounded batch. Their hash may already
 -- be gone (Redis expired it), so the rank is rebuilt from the recent index's score.
-if purge == 1 then
+if purge == '1' then
   local stale = redis.call('ZRANGEBYSCORE', recent, '-inf', cutoff(), 'WITHSCORES', 'LIMIT', 0, BATCH)
   for i = 1, #stale, 2 do
     local name = stale[i]
@@ -95,7 +95,7 @@ local fresh = {}
 if nclaims > 0 then
   redis.call('ZREMRANGEBYSCORE', claims, '-inf', cutoff())
   local ids, seen = {}, {}
-  for i = 5, 4 + nclaims do
+  for i = 11, 10 + nclaims do
     if not seen[ARGV[i]] then
       seen[ARGV[i]] = true
       ids[#ids + 1] = ARGV[i]
@@ -148,7 +148,7 @@ add('errors', add_errors + claimed)
 add('repairs', add_repairs)
 add('requests', add_requests)
 if tonumber(h.max_errors) ~= max_errors then put('max_errors', string.format('%d', max_errors)) end
-for i = 5 + nclaims + nlinks, #ARGV, 2 do
+for i = 11 + nclaims + nlinks, #ARGV, 2 do
   add('c:' .. ARGV[i], tonumber(ARGV[i + 1]))
 end
 if claimed > 0 then add('c:' .. claimed_channel, claimed) end
@@ -162,7 +162,7 @@ if errors ~= before or latest ~= updated then
   if errors > 0 then redis.call('ZADD', failing, errors, member(latest, session)) end
 end
 
-for i = 5 + nclaims, 4 + nclaims + nlinks do
+for i = 11 + nclaims, 10 + nclaims + nlinks do
   redis.call('SET', PREFIX .. 'response:' .. ARGV[i], now_s .. '|' .. session, 'PX', TTL_MS)
 end
 
@@ -292,11 +292,20 @@ class RedisStore:
         if purge:
             self._purged_at = now
         claims, links = update.claims, update.responses
-        figures = (
-            f"{update.max_errors} {update.errors} {update.repairs} {update.requests}"
-            f" {len(claims)} {len(links)} {int(purge)}"
-        )
-        args = [session, repr(float(now)), figures, update.claimed_channel or "", *claims, *links]
+        args = [
+            session,
+            repr(float(now)),
+            str(update.max_errors),
+            str(update.errors),
+            str(update.repairs),
+            str(update.requests),
+            str(len(claims)),
+            str(len(links)),
+            "1" if purge else "0",
+            update.claimed_channel or "",
+            *claims,
+            *links,
+        ]
         for channel, count in update.channels.items():
             if count:
                 args += (channel, str(count))
