@@ -6,9 +6,9 @@ redis-py's client costs more per command than the command's round trip: an obser
 record, a retry wrapper, a pool guarded by a lock and a condition that also reads the socket to
 check it, a task for each write's timeout, one connection (and one write and one read on both
 sides) per command in flight. Measured in-process (bench.hotpath --stores, 16 requests in
-flight; bench/results/sessions-redis.md), a chat request on Redis cost 266 µs of the proxy's CPU
-with that client against 104 here (memory: 68), and redis-server 40 µs against 19. The
-connection, its handshake (AUTH, SELECT, TLS) and its parser stay redis-py's.
+flight; bench/results/sessions-redis.md), a chat request on Redis cost 248 µs of the proxy's CPU
+with that client and its scripts against 124 here (memory: 68-76), and redis-server 38 µs against
+23. The connection, its handshake (AUTH, SELECT, TLS) and its parser stay redis-py's.
 """
 
 from __future__ import annotations
