@@ -200,7 +200,14 @@ class Pipe:
             self._writing = True
             if not self._due and self.connection.is_connected:
                 # Idle: nothing to batch with, so no task (a task costs as much as the write).
-                await self._write()
+                try:
+                    await self._write()
+                except BaseException:
+                    # Cancelled mid-write: the pipe has failed this call's future; nobody
+                    # awaits it now, so its error is taken here (asyncio would log it).
+                    if future.done() and not future.cancelled():
+                        future.exception()
+                    raise
             else:
                 # Runs once this turn of the loop is over: the calls made meanwhile join it.
                 self._writer = loop.create_task(self._write())
