@@ -6,12 +6,13 @@ The last figure is a whole chat request through the proxy's ASGI app, from the s
 body message, with the upstream stubbed in-process (no sockets, no HTTP server): everything the
 proxy's own code costs per request.
 
-    python -m bench.hotpath [--repeat 15] [--only-app | --only-leaks]
+    python -m bench.hotpath [--repeat 15] [--only-app | --only-leaks | --stores]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import hashlib
 import os
@@ -26,6 +27,7 @@ from fastapi import FastAPI
 from bench.bodies import request_body
 from bench.drivers import AsgiDriver
 from bench.fake_upstream import completion
+from bench.redisserver import RedisServer, RedisStats, redis_server
 from proxy.config import Settings
 from proxy.guard import toolcheck
 from proxy.guard.leakformats import FAMILIES, FORMATS
@@ -58,13 +60,7 @@ def app_request_us(raw: bytes, loops: int, repeat: int) -> tuple[float, float]:
     """CPU µs per chat request through create_app's ASGI app (stubbed upstream, memory store)."""
     import uvloop
 
-    from proxy.app import create_app
-
-    app = create_app(
-        Settings(upstreams=[{"name": "stub", "base_url": "http://stub/v1"}]),
-        upstreams=[StubUpstream()],  # type: ignore[list-item]
-    )
-    driver = AsgiDriver(app, raw)
+    driver = AsgiDriver(stubbed_app(), raw)
 
     async def run() -> tuple[float, float]:
         await driver.request()
@@ -79,6 +75,100 @@ def app_request_us(raw: bytes, loops: int, repeat: int) -> tuple[float, float]:
     result = uvloop.run(run())
     driver.check()
     return result
+
+
+def stubbed_app(store: str = "memory") -> Any:
+    """create_app's ASGI app over the in-process stub upstream, with the session store `store`."""
+    from proxy.app import create_app
+
+    return create_app(
+        Settings(upstreams=[{"name": "stub", "base_url": "http://stub/v1"}], store=store),
+        upstreams=[StubUpstream()],  # type: ignore[list-item]
+    )
+
+
+def with_tool_error(raw: bytes) -> bytes:
+    """The chat body with its tool result reporting an error (τ²-bench's `Error…` form), so the
+    request claims a tool error from its store before its turn (counted once: same call id)."""
+    body = orjson.loads(raw)
+    for message in body["messages"]:
+        if message["role"] == "tool":
+            message["content"] = "Error: no user with that email"
+    return orjson.dumps(body)
+
+
+async def side_by_side(
+    server: RedisServer,
+    drivers: dict[str, AsgiDriver],
+    loops: int,
+    repeat: int,
+    concurrency: int = 1,
+) -> tuple[dict[str, list[float]], list[RedisStats], float]:
+    """CPU µs per request of each driver over `repeat` interleaved rounds of `loops` requests
+    (`concurrency` at a time), what Redis did in each round of the `redis` driver, and the
+    commands it was sent per request."""
+
+    async def one_by_one(driver: AsgiDriver, n: int) -> None:
+        for _ in range(n):
+            await driver.request()
+
+    async def requests(driver: AsgiDriver, n: int) -> None:
+        shares = [n // concurrency + (i < n % concurrency) for i in range(concurrency)]
+        await asyncio.gather(*(one_by_one(driver, share) for share in shares))
+
+    for driver in drivers.values():
+        await requests(driver, 20)  # warm: caches filled, the connection made
+    with server.monitored() as sent:
+        await requests(drivers["redis"], 50)
+    samples: dict[str, list[float]] = {name: [] for name in drivers}
+    redis_spent = []
+    for _ in range(repeat):
+        for name, driver in drivers.items():
+            before = server.stats()
+            start = time.process_time_ns()
+            await requests(driver, loops)
+            samples[name].append((time.process_time_ns() - start) / loops / 1000)
+            if name == "redis":
+                redis_spent.append(server.stats() - before)
+    for driver in drivers.values():
+        await driver.app.state.store.close()  # type: ignore[attr-defined]
+    return samples, redis_spent, sent[0] / 50
+
+
+def store_rows(raw: bytes, loops: int, repeat: int, concurrency: int = 1) -> None:
+    """The chat request through the ASGI app on the memory store and on a real `redis-server`
+    side by side (their rounds interleaved, so the machine's load falls on both alike), plain
+    and with a tool error in its history; per request: the proxy's CPU µs, the ratio to memory,
+    the commands the proxy sent (MONITOR), the commands Redis ran (scripts' included) and
+    Redis's CPU µs."""
+    import uvloop
+
+    with redis_server() as server:
+        print(
+            f"{f'per chat request, {concurrency} at a time':<40} {'min µs':>8} {'median µs':>10} {'× memory':>9} "
+            f"{'sent':>5} {'run':>6} {'redis µs':>9}"
+        )
+        for label, body in (("plain", raw), ("tool error", with_tool_error(raw))):
+            drivers = {
+                "memory": AsgiDriver(stubbed_app(), body),
+                "redis": AsgiDriver(stubbed_app(server.url), body),
+            }
+
+            samples, redis_spent, sent = uvloop.run(
+                side_by_side(server, drivers, loops, repeat, concurrency)
+            )
+            base = statistics.median(samples["memory"])
+            for name, driver in drivers.items():
+                driver.check()
+                low, mid = min(samples[name]), statistics.median(samples[name])
+                extra = ""
+                if name == "redis":
+                    run = statistics.median(s.commands for s in redis_spent) / loops
+                    cpu = statistics.median(s.cpu_seconds for s in redis_spent) / loops * 1e6
+                    extra = f"{sent:>5.1f} {run:>6.1f} {cpu:>9.1f}"
+                print(
+                    f"{label + ', ' + name:<40} {low:>8.1f} {mid:>10.1f} {mid / base:>9.2f} {extra}"
+                )
 
 
 def print_rows(rows: list[tuple[str, tuple[float, float]]]) -> None:
@@ -129,11 +219,25 @@ def main() -> None:
         "--only-app", action="store_true", help="only the whole request through the ASGI app"
     )
     parser.add_argument("--only-leaks", action="store_true", help="only the leak-scan rows")
+    parser.add_argument(
+        "--stores",
+        action="store_true",
+        help="only the chat request on the memory store and on a real redis-server, side by side",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="with --stores: requests in flight at once (each round's requests split among them)",
+    )
     args = parser.parse_args()
     rep = args.repeat
     raw = request_body()
     devnull = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     configure_logging("info", stream=devnull)
+    if args.stores:
+        store_rows(raw, 300, rep, args.concurrency)
+        return
     if args.only_app:
         low, mid = app_request_us(raw, 500, rep)
         print(f"chat request through the ASGI app, upstream stubbed: {low:.1f} / {mid:.1f} µs")

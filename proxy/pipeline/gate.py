@@ -27,7 +27,7 @@ from proxy.pipeline.turn import Exchange, Turn
 from proxy.protocols.base import TurnView, WireProtocol
 from proxy.protocols.constrain import FOR_API, Constrain
 from proxy.session.budget import ErrorBudget, ExhaustionPolicy, resolve_session
-from proxy.session.stores import SessionStore
+from proxy.session.stores import SessionStore, SessionUpdate
 from proxy.shadow import Shadow
 from proxy.tracing import Tracing
 from proxy.upstream_router import Router
@@ -112,15 +112,16 @@ class Pipeline:
             owner=exchange.key,
         )
         budget, repair = self._overrides(headers)
-        tool_errors = await self._claim_tool_errors(session, view, headers, protocol.api)
-        record = await self.store.record(
-            session,
-            max_errors=budget.max_errors,
-            errors=tool_errors,
-            channels={Channel.TOOL_ERROR.value: tool_errors} if tool_errors else {},
+        # One atomic step, one round trip: the tool errors' ids claimed, the fresh ones counted.
+        claimed = self._tool_error_ids(view, headers, protocol.api)
+        update = SessionUpdate(
+            budget.max_errors,
             requests=1,
-            now=time.time(),
+            claims=claimed,
+            claimed_channel=Channel.TOOL_ERROR.value if claimed else None,
         )
+        record, fresh = await self.store.apply(session, update, now=time.time())
+        tool_errors = len(fresh)
         if tool_errors:
             self.metrics.violations.labels(model, Channel.TOOL_ERROR.value, protocol.api).inc(
                 tool_errors
@@ -205,19 +206,16 @@ class Pipeline:
                 ],
             )
 
-    async def _claim_tool_errors(
-        self, session: str, view: TurnView, headers: Mapping[str, str], api: str
-    ) -> int:
+    def _tool_error_ids(self, view: TurnView, headers: Mapping[str, str], api: str) -> list[str]:
+        """The call ids of the tool results this request reports as failed, in order, once each."""
         if not view.tool_results:
-            return 0
+            return []
         failed = self.tool_errors.judge(identify_client(headers), api)
-        ids: dict[str, None] = {}  # in order, once each
+        ids: dict[str, None] = {}
         for result in view.tool_results:
             if result.call_id and failed(result.text, result.is_error):
                 ids[result.call_id] = None
-        if not ids:
-            return 0
-        return len(await self.store.claim_call_ids(session, list(ids), now=time.time()))
+        return list(ids)
 
     def _overrides(self, headers: Mapping[str, str]) -> tuple[ErrorBudget, RepairMode]:
         max_errors = self.settings.max_errors

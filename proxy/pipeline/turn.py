@@ -54,7 +54,7 @@ from proxy.pipeline.report import TurnReport
 from proxy.protocols.base import Choice, Message, Settled, TurnView, WireProtocol
 from proxy.protocols.constrain import Constrain
 from proxy.session.budget import ErrorBudget, owned
-from proxy.session.stores import SessionRecord, SessionStore
+from proxy.session.stores import SessionRecord, SessionStore, SessionUpdate
 from proxy.shadow import Shadow, ShadowRequest, judge_for
 from proxy.shadowstats import Decision
 from proxy.tracing import CURRENT as CURRENT_TRACE
@@ -563,24 +563,25 @@ class Turn:
         links = self._responses[stored.responses :]
         pipeline, now = self._pipeline, time.time()
         try:
-            passed_ids = [v.call_id for v in unrepaired if v.call_id]
-            if passed_ids:
-                # A later tool error for a call already counted must not count twice.
-                await pipeline.store.claim_call_ids(self.session, passed_ids, now=now)
             if found or unrepaired or repairs or failures:
                 channels = Counter(v.channel.value for v in found)
                 if failures:
                     channels[Channel.UPSTREAM_ERROR.value] += failures
-                self.record = await pipeline.store.record(
-                    self.session,
-                    max_errors=self.budget.max_errors,
+                # One atomic step, one round trip: the counts, the delivered failures' call ids
+                # (a later tool error for a call already counted must not count twice) and the
+                # responses' links.
+                update = SessionUpdate(
+                    self.budget.max_errors,
                     errors=len(unrepaired),
                     repairs=repairs,
                     channels=channels,
-                    now=now,
+                    claims=[v.call_id for v in unrepaired if v.call_id],
+                    responses=links,
                 )
-            for response_id in links:
-                await pipeline.store.link_response(response_id, self.session, now=now)
+                self.record = (await pipeline.store.apply(self.session, update, now=now)).record
+            else:
+                for response_id in links:
+                    await pipeline.store.link_response(response_id, self.session, now=now)
         except SessionStoreError as exc:
             self._store_error = exc
             pipeline.store_failed(exc, api=self.protocol.api, phase="count")

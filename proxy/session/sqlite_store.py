@@ -21,8 +21,10 @@ from proxy.errors import ConfigError
 from proxy.session.stores import (
     DEFAULT_TTL_SECONDS,
     NO_CHANNELS,
+    Applied,
     Order,
     SessionRecord,
+    SessionUpdate,
     check_counts,
     check_ttl,
 )
@@ -136,6 +138,10 @@ class SqliteStore:
     ) -> builtins.list[str]:
         return await self._run(self._claim, session, builtins.list(call_ids), now)
 
+    async def apply(self, session: str, update: SessionUpdate, *, now: float) -> Applied:
+        update.check()
+        return await self._run(self._apply, session, update, now)
+
     async def delete(self, session: str) -> bool:
         return await self._run(self._delete, session, self._clock())
 
@@ -194,64 +200,91 @@ class SqliteStore:
         session: str,
         max_errors: int,
         counts: tuple[int, int, int],
-        channels: dict[str, int],
+        channels: Mapping[str, int],
         now: float,
     ) -> SessionRecord:
-        db = self._db
-        with _transaction(db):
-            row = db.execute(
-                "SELECT updated_at FROM sessions WHERE session = ?", (session,)
-            ).fetchone()
-            if row is not None and row[0] + self._ttl <= now:
-                self._forget(session)
-            errors, repairs, requests = counts
-            db.execute(
-                "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (session) DO UPDATE SET"
-                " errors = errors + excluded.errors,"
-                " max_errors = excluded.max_errors,"
-                " repairs = repairs + excluded.repairs,"
-                " requests = requests + excluded.requests,"
-                " updated_at = max(updated_at, excluded.updated_at)",
-                (session, errors, max_errors, repairs, requests, now, now),
-            )
-            db.executemany(
-                "INSERT INTO channels VALUES (?, ?, ?)"
-                " ON CONFLICT (session, channel) DO UPDATE SET count = count + excluded.count",
-                [(session, channel, count) for channel, count in channels.items() if count],
-            )
-            self._purge(now)
-            current = self._read(session, now)
-        assert current is not None  # written in this very transaction
-        return current
+        with _transaction(self._db):
+            return self._add(session, max_errors, counts, channels, now)
 
     def _claim(self, session: str, call_ids: builtins.list[str], now: float) -> builtins.list[str]:
-        db = self._db
-        fresh: dict[str, None] = {}
-        with _transaction(db):
-            for call_id in call_ids:
-                row = db.execute(
-                    "SELECT claimed_at FROM claimed_calls WHERE session = ? AND call_id = ?",
-                    (session, call_id),
-                ).fetchone()
-                if row is None or row[0] + self._ttl <= now:
-                    fresh.setdefault(call_id, None)
-                db.execute(
-                    "INSERT INTO claimed_calls VALUES (?, ?, ?) ON CONFLICT (session, call_id)"
-                    " DO UPDATE SET claimed_at = max(claimed_at, excluded.claimed_at)",
-                    (session, call_id, now),
-                )
-            self._purge(now)
-        return builtins.list(fresh)
+        with _transaction(self._db):
+            return self._mark(session, call_ids, now)
 
     def _link(self, response_id: str, session: str, now: float) -> None:
         with _transaction(self._db):
-            self._db.execute(
-                "INSERT INTO responses VALUES (?, ?, ?) ON CONFLICT (response_id)"
-                " DO UPDATE SET session = excluded.session, linked_at = excluded.linked_at",
-                (response_id, session, now),
+            self._link_row(response_id, session, now)
+
+    def _apply(self, session: str, update: SessionUpdate, now: float) -> Applied:
+        # One transaction for the phase: its claims, its counts and its links commit together.
+        with _transaction(self._db):
+            fresh = self._mark(session, builtins.list(update.claims), now) if update.claims else []
+            errors, channels = update.counts(len(fresh))
+            counts = (errors, update.repairs, update.requests)
+            current = self._add(session, update.max_errors, counts, channels, now)
+            for response_id in update.responses:
+                self._link_row(response_id, session, now)
+        return Applied(current, fresh)
+
+    # Below: the statements of one operation, run inside the transaction of their caller.
+
+    def _add(
+        self,
+        session: str,
+        max_errors: int,
+        counts: tuple[int, int, int],
+        channels: Mapping[str, int],
+        now: float,
+    ) -> SessionRecord:
+        db = self._db
+        row = db.execute("SELECT updated_at FROM sessions WHERE session = ?", (session,)).fetchone()
+        if row is not None and row[0] + self._ttl <= now:
+            self._forget(session)
+        errors, repairs, requests = counts
+        db.execute(
+            "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (session) DO UPDATE SET"
+            " errors = errors + excluded.errors,"
+            " max_errors = excluded.max_errors,"
+            " repairs = repairs + excluded.repairs,"
+            " requests = requests + excluded.requests,"
+            " updated_at = max(updated_at, excluded.updated_at)",
+            (session, errors, max_errors, repairs, requests, now, now),
+        )
+        db.executemany(
+            "INSERT INTO channels VALUES (?, ?, ?)"
+            " ON CONFLICT (session, channel) DO UPDATE SET count = count + excluded.count",
+            [(session, channel, count) for channel, count in channels.items() if count],
+        )
+        self._purge(now)
+        current = self._read(session, now)
+        assert current is not None  # written in this very transaction
+        return current
+
+    def _mark(self, session: str, call_ids: builtins.list[str], now: float) -> builtins.list[str]:
+        db = self._db
+        fresh: dict[str, None] = {}
+        for call_id in call_ids:
+            row = db.execute(
+                "SELECT claimed_at FROM claimed_calls WHERE session = ? AND call_id = ?",
+                (session, call_id),
+            ).fetchone()
+            if row is None or row[0] + self._ttl <= now:
+                fresh.setdefault(call_id, None)
+            db.execute(
+                "INSERT INTO claimed_calls VALUES (?, ?, ?) ON CONFLICT (session, call_id)"
+                " DO UPDATE SET claimed_at = max(claimed_at, excluded.claimed_at)",
+                (session, call_id, now),
             )
-            self._db.execute("DELETE FROM responses WHERE linked_at <= ?", (now - self._ttl,))
+        self._purge(now)
+        return builtins.list(fresh)
+
+    def _link_row(self, response_id: str, session: str, now: float) -> None:
+        self._db.execute(
+            "INSERT INTO responses VALUES (?, ?, ?) ON CONFLICT (response_id)"
+            " DO UPDATE SET session = excluded.session, linked_at = excluded.linked_at",
+            (response_id, session, now),
+        )
+        self._db.execute("DELETE FROM responses WHERE linked_at <= ?", (now - self._ttl,))
 
     def _linked(self, response_id: str, now: float) -> str | None:
         row = self._db.execute(

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 from proxy.errors import ConfigError
@@ -69,6 +69,45 @@ class SessionRecord:
         }
 
 
+class SessionUpdate(NamedTuple):
+    """What one phase of a turn writes to its session, in one atomic step (`SessionStore.apply`).
+
+    The counts are added as `record` adds them. `claims`: call ids marked as `claim_call_ids`
+    marks them; where `claimed_channel` is given, the fresh ones (not marked before) also count
+    as errors, in that channel. `responses`: ids linked to the session as `link_response` links
+    them. A named tuple: one or two a request, made in a fraction of a dataclass's time.
+    """
+
+    max_errors: int
+    errors: int = 0
+    repairs: int = 0
+    channels: Mapping[str, int] = NO_CHANNELS
+    requests: int = 0
+    claims: Sequence[str] = ()
+    claimed_channel: str | None = None
+    responses: Sequence[str] = ()
+
+    def counts(self, fresh: int) -> tuple[int, Mapping[str, int]]:
+        """The errors and channels to add once `fresh` claims were fresh."""
+        if not fresh or self.claimed_channel is None:
+            return self.errors, self.channels
+        channels = dict(self.channels)
+        channels[self.claimed_channel] = channels.get(self.claimed_channel, 0) + fresh
+        return self.errors + fresh, channels
+
+    def check(self) -> None:
+        """Raise ValueError for a negative count (see `check_counts`)."""
+        check_counts(self.errors, self.repairs, self.requests, self.channels)
+
+
+class Applied(NamedTuple):
+    """What `SessionStore.apply` wrote: the session's record after it, and the claimed call ids
+    that were not marked before, in the order given, once each."""
+
+    record: SessionRecord
+    fresh: builtins.list[str]
+
+
 @runtime_checkable
 class SessionStore(Protocol):
     """Per-session counters with atomic increments and a TTL."""
@@ -107,6 +146,16 @@ class SessionStore(Protocol):
         one gets it back. Re-claiming refreshes a mark; a mark expires `ttl_seconds` after it was
         last claimed, independently of the session record. Order follows `call_ids`, without
         duplicates.
+        """
+        ...
+
+    async def apply(self, session: str, update: SessionUpdate, *, now: float) -> Applied:
+        """Write one phase of a turn in one atomic step (one round trip where the store is
+        remote): mark `update.claims`, add the counts (the fresh claims' too, see
+        `SessionUpdate`) as `record` does, link `update.responses`.
+
+        Raises:
+            ValueError: a count is negative (nothing is written).
         """
         ...
 
@@ -235,6 +284,24 @@ class MemoryStore:
         while len(self._claims) > self._max_sessions:
             self._claims.popitem(last=False)
         return list(fresh)
+
+    async def apply(self, session: str, update: SessionUpdate, *, now: float) -> Applied:
+        # Nothing here awaits (no I/O), so the steps below are one atomic step on the loop.
+        update.check()
+        fresh = await self.claim_call_ids(session, update.claims, now=now) if update.claims else []
+        errors, channels = update.counts(len(fresh))
+        record = await self.record(
+            session,
+            max_errors=update.max_errors,
+            errors=errors,
+            repairs=update.repairs,
+            channels=channels,
+            requests=update.requests,
+            now=now,
+        )
+        for response_id in update.responses:
+            await self.link_response(response_id, session, now=now)
+        return Applied(record, fresh)
 
     async def delete(self, session: str) -> bool:
         self._claims.pop(session, None)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from proxy.session.budget import scoped
-from proxy.session.stores import SessionRecord, SessionStore
+from proxy.session.stores import SessionRecord, SessionStore, SessionUpdate
 
 StoreFactory = Callable[..., SessionStore]
 
@@ -214,6 +214,26 @@ class StoreConformance:
         assert [r.session for r in listed] == ["worse", "also_bad", "bad"]
         assert listed[2].channels == {"unknown_tool": 4}
 
+    async def test_list_failing_puts_sessions_without_errors_after_by_recency(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        await record(store, "calm", clock, requests=1)
+        clock.advance(1)
+        await record(store, "turned", clock, requests=1)
+        clock.advance(1)
+        await record(store, "bad", clock, errors=1)
+        clock.advance(1)
+        await record(store, "calmer", clock, requests=1)
+        clock.advance(1)
+        await record(store, "turned", clock, errors=2)
+        listed = await store.list(order="failing")
+        assert [r.session for r in listed] == ["turned", "bad", "calmer", "calm"]
+        assert [r.session for r in await store.list(order="failing", limit=3)] == [
+            "turned",
+            "bad",
+            "calmer",
+        ]
+
     async def test_list_of_an_empty_store_is_empty(self, store: SessionStore) -> None:
         assert await store.list() == []
         assert await store.list(order="failing") == []
@@ -365,3 +385,65 @@ class StoreConformance:
         two = await store.list(order=order, limit=2, prefix=scoped("key-1", ""))  # type: ignore[arg-type]
         assert [r.session for r in two] == [mine[2], mine[1]]
         assert len(await store.list(order=order, limit=100)) == len(mine + theirs)  # type: ignore[arg-type]
+
+    async def test_apply_counts_fresh_claims_in_their_channel_and_links_responses(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        update = SessionUpdate(
+            10, requests=1, claims=["c1", "c2", "c1"], claimed_channel="tool_error"
+        )
+        got, fresh = await store.apply("s1", update, now=clock())
+        assert fresh == ["c1", "c2"]
+        assert (got.errors, got.requests, got.channels) == (2, 1, {"tool_error": 2})
+        clock.advance(1)
+        update = SessionUpdate(
+            10,
+            repairs=1,
+            channels={"unknown_tool": 1},
+            requests=1,
+            claims=["c2", "c3"],
+            claimed_channel="tool_error",
+            responses=["resp_1"],
+        )
+        got, fresh = await store.apply("s1", update, now=clock())
+        assert fresh == ["c3"]
+        assert (got.errors, got.repairs, got.requests) == (3, 1, 2)
+        assert got.channels == {"tool_error": 3, "unknown_tool": 1}
+        assert (got.created_at, got.updated_at) == (T0, clock())
+        assert await store.get("s1") == got
+        assert await store.session_of_response("resp_1") == "s1"
+
+    async def test_apply_without_a_claimed_channel_marks_claims_but_counts_only_its_counts(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        got, fresh = await store.apply(
+            "s1", SessionUpdate(10, errors=1, claims=["c1"]), now=clock()
+        )
+        assert (fresh, got.errors, got.channels) == (["c1"], 1, {})
+        assert await store.claim_call_ids("s1", ["c1"], now=clock()) == []
+        clock.advance(TTL)
+        _, fresh = await store.apply("s1", SessionUpdate(10, claims=["c1"]), now=clock())
+        assert fresh == ["c1"]  # the mark expired a TTL after it was made
+
+    async def test_an_update_with_a_negative_count_writes_nothing(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        update = SessionUpdate(10, channels={"unknown_tool": -1}, claims=["c1"], responses=["r"])
+        with pytest.raises(ValueError, match="negative"):
+            await store.apply("s1", update, now=clock())
+        assert await store.get("s1") is None
+        assert await store.claim_call_ids("s1", ["c1"], now=clock()) == ["c1"]
+        assert await store.session_of_response("r") is None
+
+    async def test_concurrent_applies_count_each_claim_once_and_every_request(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        ids = [f"call_{i}" for i in range(20)]
+        update = SessionUpdate(100, requests=1, claims=ids, claimed_channel="tool_error")
+        results = await asyncio.gather(*(store.apply("s1", update, now=clock()) for _ in range(50)))
+        claimed = [call_id for _, fresh in results for call_id in fresh]
+        assert sorted(claimed) == sorted(ids)
+        got = await store.get("s1")
+        assert got is not None
+        assert (got.errors, got.requests, got.channels) == (20, 50, {"tool_error": 20})
+        assert max(r.errors for r, _ in results) == 20
