@@ -92,7 +92,7 @@ def test_serve_workers_auto_counts_the_cpus_its_affinity_allows() -> None:
         capture_output=True,
         text=True,
         cwd=REPO,
-        timeout=60,
+        timeout=180,
         check=True,
     )
     assert json.loads(printed.stdout)["workers"] == 1
