@@ -84,9 +84,11 @@ def held_upstream(release: threading.Event) -> ScriptedUpstream:
 
 @contextmanager
 def serving(tmp_path: Path, upstream: str, store: str) -> Iterator[ProxyProcess]:
-    """A real `toolsentry serve` over `store`, repair off (stopped at the end unless killed)."""
+    """A real `toolsentry serve` over `store`, repair off, every unrepaired call passed on to
+    its client (stopped at the end unless killed)."""
     log = tmp_path / "serve.log"
-    proxy = ProxyProcess(f"{upstream}/v1", log, "--repair", "off", "--store", store)
+    options = ["--repair", "off", "--on-unrepaired", "passthrough", "--store", store]
+    proxy = ProxyProcess(f"{upstream}/v1", log, *options)
     try:
         yield proxy.wait_ready()
     finally:
