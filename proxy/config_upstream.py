@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from pydantic import (
     BaseModel,
@@ -16,7 +16,6 @@ from pydantic import (
 )
 
 from proxy.guard.repair import StructuredOutputs
-from proxy.upstream_origin import base_url_parts
 
 
 class UpstreamTLS(BaseModel):
@@ -212,3 +211,22 @@ def masked_url(url: str) -> str:
     if not at:
         return url
     return parts._replace(netloc=f"{userinfo.partition(':')[0]}:{MASK}@{host}").geturl()
+
+
+_URL_SCHEMES = ("http", "https")
+
+
+def base_url_parts(url: str) -> SplitResult:
+    """`url` split, once it is known to be one of the forms of a base URL (`proxy.upstream_origin`'s module doc).
+    Raises ValueError, naming the URL without its userinfo, for any other."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        socket_path, _, path = parts.path.partition(":")
+        if parts.netloc or not socket_path.startswith("/") or (path and not path.startswith("/")):
+            raise ValueError(f"not a unix:///path/to/socket[:/base/path] URL: {url!r}")
+        return parts
+    if parts.scheme not in _URL_SCHEMES or not parts.hostname:
+        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+        raise ValueError(f"not an http(s) or unix URL: {shown!r}")
+    parts.port  # noqa: B018 (raises ValueError for a port that is not one)
+    return parts

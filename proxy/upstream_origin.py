@@ -27,7 +27,7 @@ import ssl
 from asyncio.staggered import staggered_race
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import SplitResult, unquote, unquote_plus, urlsplit
 
 # Public in the standard library for decades, missing from typeshed's stubs.
@@ -35,12 +35,10 @@ from urllib.request import proxy_bypass_environment  # type: ignore[attr-defined
 
 from yarl import URL
 
+from proxy.config_upstream import UpstreamConfig, base_url_parts
 from proxy.errors import ConfigError
 from proxy.tls import client_context
 from proxy.upstream_errors import ProxyRefused
-
-if TYPE_CHECKING:
-    from proxy.config_upstream import UpstreamConfig
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _P = TypeVar("_P", bound=asyncio.BaseProtocol)
@@ -365,22 +363,6 @@ def _merged_query(base: str, own: str) -> str:
     names = {unquote_plus(p.partition("=")[0]) for p in base.split("&")}
     kept = [p for p in own.split("&") if p and unquote_plus(p.partition("=")[0]) not in names]
     return "&".join([base, *kept])
-
-
-def base_url_parts(url: str) -> SplitResult:
-    """`url` split, once it is known to be one of the forms of a base URL (the module doc's).
-    Raises ValueError, naming the URL without its userinfo, for any other."""
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        socket_path, _, path = parts.path.partition(":")
-        if parts.netloc or not socket_path.startswith("/") or (path and not path.startswith("/")):
-            raise ValueError(f"not a unix:///path/to/socket[:/base/path] URL: {url!r}")
-        return parts
-    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
-        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
-        raise ValueError(f"not an http(s) or unix URL: {shown!r}")
-    parts.port  # noqa: B018 (raises ValueError for a port that is not one)
-    return parts
 
 
 def _unix_parts(parts: SplitResult) -> tuple[str, str]:

@@ -18,6 +18,7 @@ _PROBE = "a part of the probe package, tested through its public names in test_p
 
 # Module (relative to evalkit/) -> where it is tested instead, and why.
 ELSEWHERE: dict[str, str] = {
+    "sim/generic.py": "the generic turn, over HTTP in sim/test_server.py and the README quickstarts",
     "domains/retail/data_model.py": "the database's models, read and written by test_tools.py",
     "domains/retail/world.py": _DOMAIN_GENERATOR,
     "domains/telecom/account_tasks.py": _DOMAIN_GENERATOR,

@@ -73,8 +73,9 @@ VALID_LISTS = {
     "passthrough.deny": ["/v1/embeddings", "GET /version"],
 }
 """Settings whose entries are validated: two entries each that their validator accepts."""
-VALID_VALUES: dict[str, Any] = {"exhaustion_status": 429}
-"""Settings whose flag gives one value of a setting that also takes a mapping: one it accepts."""
+VALID_VALUES: dict[str, Any] = {"exhaustion_status": 429, "workers": 2}
+"""Settings whose flag gives one value of a setting that also takes a mapping, or a count or a
+word (`workers`: INTEGER|auto): one it accepts."""
 
 
 def sample(setting: SettingInfo) -> tuple[list[str], Any]:
