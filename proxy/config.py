@@ -256,7 +256,7 @@ class Settings(BaseSettings):
     on_unrepaired: OnUnrepaired | dict[str, OnUnrepaired] = Field(
         default_factory=lambda: {k: OnUnrepaired(v) for k, v in DEFAULT_ON_UNREPAIRED.items()}
     )
-    """What the client gets when repair gives up on a tool call: passthrough, strip or reject, for every channel or per channel (`{default: passthrough, unknown_tool: strip}`, the default: docs/clients.md)."""
+    """What the client gets when repair gives up on a tool call: passthrough, strip or reject, for every channel or per channel (`{default: passthrough, unknown_tool: strip}`, the default: docs/clients.md). With repair off, only a value set here changes a call; unset, every call passes on (validated and counted only)."""
     enforce_strict: bool = Field(
         default=False,
         description="Declare the client's own tools strict on the first attempt (tool_choice "

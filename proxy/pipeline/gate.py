@@ -16,7 +16,7 @@ from proxy.config import Settings
 from proxy.errors import EXHAUSTION_STATUS, BadRequestError, BudgetExhaustedError, SessionStoreError
 from proxy.guard.channels import Channel
 from proxy.guard.dialect import SchemaFallback
-from proxy.guard.repair import ConstraintSupport, RepairMode, StructuredOutputs
+from proxy.guard.repair import ConstraintSupport, OnUnrepaired, RepairMode, StructuredOutputs
 from proxy.guard.tool_errors import ToolErrorTable, identify_client
 from proxy.guard.toolcheck import GuardLimits, ToolIndex, configure_cache
 from proxy.guard.unrepaired import UnrepairedPolicy
@@ -77,6 +77,13 @@ class Pipeline:
             else {**EXHAUSTION_STATUS, **{api.value: n for api, n in status.items()}}
         )
         self.unrepaired = UnrepairedPolicy.read(settings.on_unrepaired)
+        # `repair: off` validates and counts only: no call is changed unless the operator set
+        # on_unrepaired (the default strips undeclared tools only where repair was tried).
+        self.unrepaired_without_repair = (
+            self.unrepaired
+            if "on_unrepaired" in settings.model_fields_set
+            else UnrepairedPolicy.read(OnUnrepaired.PASSTHROUGH.value)
+        )
 
     async def begin(
         self,

@@ -490,6 +490,29 @@ def test_a_failure_repeated_on_every_reask_is_counted_once(
     assert (record["errors"], record["channels"]) == (1, {"unknown_tool": 1})
 
 
+@pytest.mark.parametrize("how", ["setting", "header"])
+def test_repair_off_observes_only_an_undeclared_tool_reaches_the_client_unchanged(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream, how: str
+) -> None:
+    # The default on_unrepaired strips an undeclared tool's call only where a repair was tried:
+    # with repair off (set, or asked for by x-toolsentry-repair) the proxy validates and counts.
+    proxy = make_proxy(repair="off") if how == "setting" else make_proxy()
+    upstream.script.push(completion(tool_calls=[tool_call("refund_everything", {}), VALID_CANCEL]))
+    session = f"s-observe-{how}"
+    with proxy.http() as http:
+        response = http.post(
+            "/v1/chat/completions",
+            json=make_request(),
+            headers={"x-session-id": session}
+            | ({"x-toolsentry-repair": "off"} if how == "header" else {}),
+        )
+    calls = response.json()["choices"][0]["message"]["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == ["refund_everything", "cancel_pending_order"]
+    assert len(upstream.script.requests) == 1  # nothing re-asked
+    record = proxy.session(session)
+    assert (record["errors"], record["channels"]) == (1, {"unknown_tool": 1})
+
+
 def test_on_unrepaired_strip_removes_the_invalid_call_which_still_costs_its_error(
     make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
 ) -> None:

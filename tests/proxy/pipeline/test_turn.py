@@ -11,6 +11,7 @@ import pytest
 
 from proxy.errors import UnrepairedToolCallError
 from proxy.guard.channels import Channel, Violation
+from proxy.guard.unrepaired import DEFAULT_ON_UNREPAIRED
 from proxy.headers import REPAIR_HEADER
 from proxy.metrics import CallOutcome, RepairResult
 from proxy.pipeline.gate import Pipeline
@@ -118,7 +119,9 @@ async def test_on_unrepaired_strip_removes_the_call_and_a_message_left_without_c
 async def test_per_channel_on_unrepaired_strips_one_call_and_passes_the_other(
     make_pipeline: Callable[..., Pipeline],
 ) -> None:
-    pipeline = make_pipeline(repair="off")  # the default: unknown_tool strips, the rest passes
+    # The default's mapping, set: unknown_tool strips, the rest passes (with repair off, as
+    # here, only an on_unrepaired the operator set changes a call).
+    pipeline = make_pipeline(repair="off", on_unrepaired=dict(DEFAULT_ON_UNREPAIRED))
     turn = await begin(pipeline, "s-mixed")
     bad_arguments = tool_call("cancel_pending_order", "{not json")
     settled = await turn.settle(answer(UNKNOWN, bad_arguments))
