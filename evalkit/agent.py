@@ -206,6 +206,14 @@ def status_error(what: str, status: int, message: str, body: object) -> Endpoint
             # error reads the same whichever protocol carried it.
             if isinstance(inner.get("message"), str):
                 message = inner["message"]
+    if error_type == "error_budget_exhausted":
+        # Its status is the proxy's choice per protocol (exhaustion_status): the note names the
+        # refusal, so the same episode reads the same whichever protocol carried it.
+        return EndpointError(
+            f"{what} endpoint refused the turn ({error_type}): {message}",
+            status=status,
+            error_type=error_type,
+        )
     return EndpointError(
         f"{what} endpoint answered HTTP {status}: {message}", status=status, error_type=error_type
     )

@@ -22,7 +22,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from proxy import __version__, listening
-from proxy.config import SettingInfo, Settings, is_loopback, load_settings, settings_fields
+from proxy.config import Settings, is_loopback, load_settings, settings_fields
+from proxy.config_fields import SettingInfo
 from proxy.config_upstream import masked_url
 from proxy.errors import ConfigError
 from proxy.http.clients import ClientLimits

@@ -9,7 +9,8 @@ from typing import get_args
 
 from pydantic import BaseModel
 
-from proxy.config import one_line, settings_fields, shown, without_none
+from proxy.config import settings_fields
+from proxy.config_fields import one_line, shown, without_none
 
 
 def _cell(text: str) -> str:

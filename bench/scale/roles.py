@@ -181,7 +181,7 @@ def upstream(roles: Roles, workdir: Path, body: bytes) -> Iterator[Server]:
     argv += ["--processes", str(len(roles.upstream))]
     server = start("upstream", pinned(cpus(roles.upstream), argv), port, ROUTE, workdir)
     try:
-        why = wait_ready(server, body, 20)
+        why = wait_ready(server, body, 60)  # a loaded machine starts its processes slowly
         if why:
             raise RuntimeError(f"the fake upstream did not start: {why}")
         yield server

@@ -79,7 +79,7 @@ class Pipeline:
         self.unrepaired = UnrepairedPolicy.read(settings.on_unrepaired)
         # `repair: off` validates and counts only: no call is changed unless the operator set
         # on_unrepaired (the default strips undeclared tools only where repair was tried).
-        self.unrepaired_without_repair = (
+        self._unrepaired_off = (
             self.unrepaired
             if "on_unrepaired" in settings.model_fields_set
             else UnrepairedPolicy.read(OnUnrepaired.PASSTHROUGH.value)
@@ -172,6 +172,11 @@ class Pipeline:
     def structured_outputs(self, upstream: str) -> StructuredOutputs:
         """The configured `structured_outputs` of the upstream named `upstream`."""
         return self._structured_outputs.get(upstream, StructuredOutputs.AUTO)
+
+    def unrepaired_for(self, repair: RepairMode) -> UnrepairedPolicy:
+        """`on_unrepaired` as it applies to a turn under `repair`: with repair off, what the
+        operator set, else every call passed on (validated and counted only)."""
+        return self._unrepaired_off if repair is RepairMode.OFF else self.unrepaired
 
     def store_failed(self, exc: SessionStoreError, *, api: str, phase: str) -> None:
         """Count and log a session store failure of a request of protocol `api` (its phase:

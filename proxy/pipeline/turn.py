@@ -88,12 +88,12 @@ class PipelineParts(Protocol):
     unknown_tools: UnknownToolStats
     shadow: Shadow | None
     constraints: ConstraintSupport
-    unrepaired: UnrepairedPolicy
-    unrepaired_without_repair: UnrepairedPolicy
 
     def constrainer(self, upstream: str, api: str) -> Constrain | None: ...
 
     def store_failed(self, exc: SessionStoreError, *, api: str, phase: str) -> None: ...
+
+    def unrepaired_for(self, repair: RepairMode) -> UnrepairedPolicy: ...
 
     def structured_outputs(self, upstream: str) -> StructuredOutputs: ...
 
@@ -346,7 +346,7 @@ class Turn:
             # only: a repair that was never tried did not fail.
             self._count_repairs(found, RepairResult.SUCCESS if repaired else RepairResult.FAILURE)
         if trace is not None:
-            policy = self._unrepaired_policy.strongest(remaining)
+            policy = self._pipeline.unrepaired_for(self.repair).strongest(remaining)
             trace.settled(repaired=repaired, decision=_decision(repaired, policy))
             trace.finish_reason(reason)
         if repaired:
@@ -356,15 +356,6 @@ class Turn:
         settled = Settled(choice.index, current, reason, current is not original, usage)
         return await self._apply_on_unrepaired(settled, remaining, found)
 
-    @property
-    def _unrepaired_policy(self) -> UnrepairedPolicy:
-        """`on_unrepaired` as it applies to this turn: with repair off, what the operator set,
-        else every call passed on (validated and counted only)."""
-        pipeline = self._pipeline
-        if self.repair is RepairMode.OFF:
-            return pipeline.unrepaired_without_repair
-        return pipeline.unrepaired
-
     async def _apply_on_unrepaired(
         self, answer: Settled, remaining: list[Violation], found: list[Violation]
     ) -> Settled:
@@ -373,7 +364,7 @@ class Turn:
 
         Raises UnrepairedToolCallError under `on_unrepaired: reject` (the turn closed with 422).
         """
-        policy, message = self._unrepaired_policy, answer.message
+        policy, message = self._pipeline.unrepaired_for(self.repair), answer.message
         if policy.strongest(remaining) is OnUnrepaired.STRIP:
             # The calls of a channel that strips go; what the rest of the message carries, and
             # a failure of the message itself (a call leaked into content, an empty answer, a
@@ -577,9 +568,8 @@ class Turn:
                 channels = Counter(v.channel.value for v in found)
                 if failures:
                     channels[Channel.UPSTREAM_ERROR.value] += failures
-                # One atomic step, one round trip: the counts, the delivered failures' call ids
-                # (a later tool error for a call already counted must not count twice) and the
-                # responses' links.
+                # One round trip: the counts, the delivered failures' call ids claimed (a later
+                # tool error for one must not count again), the responses' links.
                 update = SessionUpdate(
                     self.budget.max_errors,
                     errors=len(unrepaired),

@@ -119,7 +119,7 @@ async def test_the_proxys_budget_refusal_ends_the_episode_with_too_many_errors(
     sim = await run_episode(retail, task, make_agent(chat_client, retail), ScriptedUser(task))
     assert sim.termination_reason == "too_many_errors"
     assert sim.toolsentry is not None
-    assert "429" in sim.toolsentry["failure"]
+    assert "refused the turn (error_budget_exhausted)" in sim.toolsentry["failure"]
 
 
 async def test_a_failing_endpoint_ends_the_episode_with_infrastructure_error(

@@ -146,13 +146,13 @@ def test_every_protocol_gives_the_results_of_chat_completions(
 ) -> None:
     expected_outcomes = outcomes(replays["chat"])
     # The episodes hold what the comparison is about: tool errors of valid calls that only the
-    # protocol's tool result form reports, guard violations, repairs and budget 429s.
+    # protocol's tool result form reports, guard violations, repairs and budget refusals.
     rows = [row for arm_rows in expected_outcomes.values() for row in arm_rows]
     assert any(row[7]["channels"].get("tool_error") for row in rows)
     assert len({c for row in rows for c in row[7]["channels"]}) >= 3
     assert any(row[7]["repairs"] for row in rows)
     assert any(row[2] == "too_many_errors" for row in rows)
-    assert any("HTTP 429" in row[3] for row in rows)
+    assert any("refused the turn (error_budget_exhausted)" in row[3] for row in rows)
     assert_the_results_of_chat_completions(replays)
 
 

@@ -17,7 +17,8 @@ import typer.main
 from typer.testing import CliRunner
 
 from proxy.cli import app
-from proxy.config import SettingInfo, settings_fields
+from proxy.config import settings_fields
+from proxy.config_fields import SettingInfo
 
 REPO = Path(__file__).resolve().parents[2]
 UPSTREAM = "http://127.0.0.1:9/v1"

@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from proxy.cli import app
-from proxy.config import SettingInfo, settings_fields
+from proxy.config import settings_fields
+from proxy.config_fields import SettingInfo
 from proxy.config_reference import reference
 from proxy.config_upstream import UpstreamConfig
 

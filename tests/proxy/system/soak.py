@@ -360,7 +360,9 @@ def run_soak(
             command = [sys.executable, "-m", "proxy.cli", "serve", "--port", str(proxy_port)]
             options = ["--upstream", f"http://127.0.0.1:{upstream_port}/v1", "--store", store]
             proxy = subprocess.Popen(
-                [*command, *options, "--max-errors", "1000000"],
+                # Every unrepairable call reaches its client (the scripted truth the counts
+                # are checked against), whatever the default for undeclared tools.
+                [*command, *options, "--max-errors", "1000000", "--on-unrepaired", "passthrough"],
                 cwd=REPO,
                 env=env,
                 stdout=log,
