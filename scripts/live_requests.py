@@ -360,12 +360,17 @@ def failures(
             fail(f"{where} breaks the tool's schema", "schema_violation", *cut)
     if tool_choice == "none" and calls:
         fail("tool_choice none, but a call was made", "tool_choice_violation")
+    # A call to an undeclared tool that no re-ask repaired is stripped by the proxy's default
+    # (on_unrepaired): a message whose only call it was arrives without one, reported under
+    # `unknown_tool`.
+    stripped = "unknown_tool"
     if (tool_choice == "required" or forced is not None) and not calls:
         fail(
             "a call was required, none was made",
             "tool_choice_violation",
             "empty_response",
             "leaked_tool_call",
+            stripped,
             *cut,
         )
     if (written := written_call(content)) is not None:
@@ -376,7 +381,13 @@ def failures(
             *cut,
         )
     if not content.strip() and not calls:
-        fail("neither content nor tool calls", "empty_response", "tool_choice_violation", *cut)
+        fail(
+            "neither content nor tool calls",
+            "empty_response",
+            "tool_choice_violation",
+            stripped,
+            *cut,
+        )
     return found
 
 

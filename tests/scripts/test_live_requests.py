@@ -84,3 +84,14 @@ def test_a_cut_off_answer_may_be_reported_as_truncated() -> None:
         received("", ("get_order_details", '{"order_'), finish="length"), TOOLS, "auto"
     )
     assert failure.accepted == {"malformed_arguments", "truncated"}
+
+
+def test_an_empty_answer_may_be_an_undeclared_call_the_proxy_stripped() -> None:
+    # The default on_unrepaired strips an unrepaired undeclared tool's call: the message it was
+    # the only call of arrives empty, reported as unknown_tool.
+    (empty,) = failures(received(""), TOOLS, "auto")
+    assert empty.channel == "empty_response"
+    assert "unknown_tool" in empty.accepted
+    required = failures(received(""), TOOLS, "required")
+    assert [f.channel for f in required] == ["tool_choice_violation", "empty_response"]
+    assert all("unknown_tool" in f.accepted for f in required)
