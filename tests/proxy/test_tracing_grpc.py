@@ -5,21 +5,16 @@ is not; a protocol the proxy does not send is refused at start, in one line."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from proxy.testing import completion, tool_call
 from tests.proxy.builders import make_request
+from tests.proxy.certificates import issue
 from tests.proxy.conftest import RunningProxy, RunningUpstream
 from tests.proxy.metrics_text import metric
 from tests.proxy.otlp_receiver import OTLPGrpcReceiver
@@ -28,34 +23,6 @@ REPO = Path(__file__).resolve().parents[2]
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 TRACEPARENT = f"00-{TRACE}-b7ad6b7169203331-01"
 VALID = completion(tool_calls=[tool_call("get_order_details", {"order_id": "W1"})])
-
-
-def self_signed(name: str) -> tuple[bytes, bytes]:
-    """A certificate for 127.0.0.1 signed by its own key, and the key (PEM)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), pem
 
 
 @pytest.fixture
@@ -99,17 +66,15 @@ def test_spans_reach_a_grpc_collector_with_the_variables_headers_gzip_compressed
 def test_a_tls_collector_that_asks_for_a_client_certificate_gets_the_configured_one(
     make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream, tmp_path: Path
 ) -> None:
-    server_cert, server_key = self_signed("collector")
-    client_cert, client_key = self_signed("toolsentry")
-    files = {}
-    for name, pem in {
-        "ca.pem": server_cert,
-        "client.pem": client_cert,
-        "client-key.pem": client_key,
-    }.items():
-        (tmp_path / name).write_bytes(pem)
-        files[name] = str(tmp_path / name)
-    collector = OTLPGrpcReceiver(tls=(server_cert, server_key, client_cert)).start()
+    # The collector's certificate and the proxy's, both issued by one CA the other side trusts.
+    made = issue(tmp_path)
+    tls = (made.server_cert.read_bytes(), made.server_key.read_bytes(), made.ca.read_bytes())
+    files = {
+        "ca.pem": str(made.ca),
+        "client.pem": str(made.client_cert),
+        "client-key.pem": str(made.client_key),
+    }
+    collector = OTLPGrpcReceiver(tls=tls).start()
     try:
         environ = {
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc",

@@ -5,20 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import gzip
 import hashlib
-import ipaddress
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from proxy import upstream_http1
 from proxy.config_upstream import UpstreamConfig
@@ -32,6 +26,7 @@ from proxy.otlp import SpanKind, SpanRecord, new_id
 from proxy.tracing import RequestTrace
 from proxy.upstream import HttpUpstream, Sent
 from proxy.upstream_response import UpstreamResponse
+from tests.proxy.certificates import self_signed
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -386,44 +381,12 @@ async def test_a_body_without_length_or_chunks_ends_when_the_server_closes() -> 
     assert failures == []
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1, signed by its own key, and that key (PEM files)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "toolsentry test upstream")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = directory / "cert.pem", directory / "key.pem"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file, key_file
-
-
 async def test_an_https_upstream_is_verified_against_the_trusted_certificates(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Trusted (SSL_CERT_FILE names the server's certificate): answered over TLS, kept alive.
     # Not trusted: a connect error that says why, never a request sent in the clear.
-    cert_file, key_file = _self_signed(tmp_path)
+    cert_file, key_file = self_signed(tmp_path)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert_file, key_file)
     server = Server(_echo_forever)
