@@ -213,6 +213,23 @@ def exporter_var(environ: Mapping[str, str], name: str) -> str:
     ).strip()
 
 
+def retried(attempt: Callable[[float], bool | None], timeout_s: float) -> bool:
+    """`attempt(deadline)` until it says taken (True) or refused (False), retried with a backoff
+    from 0.1 s, doubling, while it says worth retrying (None) and `timeout_s` has not passed.
+    Whether the payload was taken."""
+    deadline = time.monotonic() + timeout_s
+    backoff = 0.1
+    while True:
+        outcome = attempt(deadline)
+        if outcome is not None:
+            return outcome
+        pause = min(backoff, deadline - time.monotonic())
+        if pause <= 0:
+            return False
+        time.sleep(pause)
+        backoff *= 2
+
+
 class Sender:
     """POSTs payloads to an OTLP/HTTP traces URL over one kept-alive connection, with the
     exporter variables' headers, compression and TLS files; a failure worth retrying (no
@@ -250,19 +267,14 @@ class Sender:
     def __call__(self, payload: bytes) -> bool:
         """Whether the endpoint took the payload (a 2xx)."""
         body = self._compress(payload) if self._compress else payload
-        deadline = time.monotonic() + self.timeout_s
-        backoff = 0.1
-        while True:
+
+        def attempt(deadline: float) -> bool | None:
             status = self._post(body, deadline)
             if status is not None and 200 <= status < 300:
                 return True
-            if status is not None and status not in _RETRYABLE:
-                return False
-            pause = min(backoff, deadline - time.monotonic())
-            if pause <= 0:
-                return False
-            time.sleep(pause)
-            backoff *= 2
+            return None if status is None or status in _RETRYABLE else False
+
+        return retried(attempt, self.timeout_s)
 
     def _post(self, body: bytes, deadline: float) -> int | None:
         left = deadline - time.monotonic()

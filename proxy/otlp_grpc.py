@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from opentelemetry.util.re import parse_env_headers
 
 from proxy.errors import ConfigError
-from proxy.otlp import exporter_var
+from proxy.otlp import exporter_var, retried
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 DEFAULT_ENDPOINT = "http://localhost:4317"
@@ -71,23 +71,18 @@ class GrpcSender:
 
     def __call__(self, payload: bytes) -> bool:
         """Whether the collector took the payload (status OK)."""
-        deadline = time.monotonic() + self.timeout_s
-        backoff = 0.1
-        while True:
+
+        def attempt(deadline: float) -> bool | None:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
             try:
                 self._export(payload, timeout=left, metadata=self._metadata)
-                return True
             except self._grpc.RpcError as failed:
-                if failed.code().name not in _RETRYABLE:
-                    return False
-            pause = min(backoff, deadline - time.monotonic())
-            if pause <= 0:
-                return False
-            time.sleep(pause)
-            backoff *= 2
+                return None if failed.code().name in _RETRYABLE else False
+            return True
+
+        return retried(attempt, self.timeout_s)
 
     def close(self) -> None:
         self._channel.close()
