@@ -79,13 +79,30 @@ def test_each_failed_tool_of_an_agents_sdk_run_is_one_tool_error(
     assert record["errors"] == 2
 
 
+def three_lookups(proxy: RunningProxy, upstream: RunningUpstream, session: str, tool: Any) -> Any:
+    """A langchain-openai chat model bound to `tool`, talking to the proxy in `session`, whose
+    upstream asks for the status of #W1, #W2 and #W3 in turn, then answers in text."""
+    from langchain_openai import ChatOpenAI
+
+    upstream.script.push(
+        *(answer(None, call("get_order_status", {"order_id": f"#W{n}"})) for n in (1, 2, 3)),
+        answer("Two of them are lost."),
+    )
+    return ChatOpenAI(
+        base_url=proxy.base_url,
+        api_key="unused",  # type: ignore[arg-type]
+        model="scripted-model",
+        max_retries=0,
+        default_headers={"x-session-id": session},
+    ).bind_tools([tool])
+
+
 def test_each_failed_tool_of_a_langchain_loop_is_one_tool_error(
     proxy: RunningProxy, upstream: RunningUpstream
 ) -> None:
     pytest.importorskip("langchain_openai", reason="pip install langchain-openai")
     from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
     from langchain_core.tools import ToolException, tool
-    from langchain_openai import ChatOpenAI
 
     @tool
     def get_order_status(order_id: str) -> str:
@@ -97,19 +114,7 @@ def test_each_failed_tool_of_a_langchain_loop_is_one_tool_error(
         return f"order {order_id} is {ORDERS[order_id]}"
 
     get_order_status.handle_tool_error = True
-    upstream.script.push(
-        answer(None, call("get_order_status", {"order_id": "#W1"})),
-        answer(None, call("get_order_status", {"order_id": "#W2"})),
-        answer(None, call("get_order_status", {"order_id": "#W3"})),
-        answer("Two of them are lost."),
-    )
-    llm = ChatOpenAI(
-        base_url=proxy.base_url,
-        api_key="unused",  # type: ignore[arg-type]
-        model="scripted-model",
-        max_retries=0,
-        default_headers={"x-session-id": "langchain-failures"},
-    ).bind_tools([get_order_status])
+    llm = three_lookups(proxy, upstream, "langchain-failures", get_order_status)
     messages: list[BaseMessage] = [HumanMessage("Where are #W1, #W2 and #W3?")]
     results: list[ToolMessage] = []
     for _ in range(4):
@@ -137,7 +142,6 @@ def test_each_failed_tool_of_a_langgraph_tool_node_is_one_tool_error(
     proxy = make_proxy(tool_error_prefix="")
     from langchain_core.messages import HumanMessage, ToolMessage
     from langchain_core.tools import tool
-    from langchain_openai import ChatOpenAI
     from langgraph.graph import END, START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
 
@@ -148,19 +152,7 @@ def test_each_failed_tool_of_a_langgraph_tool_node_is_one_tool_error(
             raise LookupError(f"order {order_id} not found")
         return f"order {order_id} is {ORDERS[order_id]}"
 
-    upstream.script.push(
-        answer(None, call("get_order_status", {"order_id": "#W1"})),  # runs
-        answer(None, call("get_order_status", {"order_id": "#W2"})),  # raises
-        answer(None, call("get_order_status", {"order_id": "#W3"})),  # raises
-        answer("Two of them are lost."),
-    )
-    llm = ChatOpenAI(
-        base_url=proxy.base_url,
-        api_key="unused",  # type: ignore[arg-type]
-        model="scripted-model",
-        max_retries=0,
-        default_headers={"x-session-id": "langgraph-failures"},
-    ).bind_tools([get_order_status])
+    llm = three_lookups(proxy, upstream, "langgraph-failures", get_order_status)
 
     def agent(state: MessagesState) -> dict[str, Any]:
         return {"messages": [llm.invoke(state["messages"])]}

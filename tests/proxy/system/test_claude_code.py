@@ -15,6 +15,17 @@ MARKER = "toolsentry-was-here"
 DONE = "The marker file is written."
 
 
+def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The `tool_result` blocks of a Messages request, in order."""
+    return [
+        block
+        for message in body.get("messages") or []
+        if isinstance(message.get("content"), list)
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("type") == "tool_result"
+    ]
+
+
 class ClaudeCodeScript:
     """The scripted model of the episode: a tool that does not exist, then (told so) `Bash`, then,
     with the command's output, a closing text. Requests without tools (Claude Code's own: titles,
@@ -27,13 +38,7 @@ class ClaudeCodeScript:
         if not body.get("tools"):
             return answer("Marker file")
         self.tool_requests += 1
-        results = [
-            block
-            for message in body.get("messages") or []
-            if isinstance(message.get("content"), list)
-            for block in message["content"]
-            if isinstance(block, dict) and block.get("type") == "tool_result"
-        ]
+        results = tool_results(body)
         if not results:
             return answer(None, call("RunShell", {"cmd": f"echo {MARKER}"}, id="toolu_bad"))
         if all(r.get("tool_use_id") == "toolu_bad" for r in results):  # the proxy's re-ask
@@ -78,13 +83,7 @@ class FailingCommandScript:
     def __call__(self, body: dict[str, Any]) -> Any:
         if not body.get("tools"):
             return answer("Listing")
-        results = [
-            block
-            for message in body.get("messages") or []
-            if isinstance(message.get("content"), list)
-            for block in message["content"]
-            if isinstance(block, dict) and block.get("type") == "tool_result"
-        ]
+        results = tool_results(body)
         if not results:
             command = "ls /nonexistent-toolsentry-dir"
             return answer(None, call("Bash", {"command": command, "description": "List it"}))
