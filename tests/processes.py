@@ -6,11 +6,17 @@ from __future__ import annotations
 import queue
 import re
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 class ServerNotStarted(RuntimeError):
@@ -114,3 +120,21 @@ class OutputLines:
         """The whole output, once the pipe is closed (the child ended)."""
         self._reader.join(timeout)
         return self.text()
+
+
+@contextmanager
+def served_with(settings: dict[str, Any], directory: Path) -> Iterator[tuple[int, int]]:
+    """A real `toolsentry serve` reading `settings` from a YAML file in `directory` (its log
+    there too), on a free port: its port and pid. Stopped on leaving."""
+    config = directory / "toolsentry.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    log, port_file = directory / "serve.log", directory / "serve.port"
+    command = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config)]
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [*command, *port_options(port_file)], cwd=REPO, stdout=out, stderr=out
+        )
+    try:
+        yield reported_port(process, port_file, tail(log)), process.pid
+    finally:
+        stop_process(process, timeout=10)

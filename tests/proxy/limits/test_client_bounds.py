@@ -11,8 +11,6 @@ anything took: a connection is closed, a request answered.
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,10 +20,9 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from proxy.testing import LoopbackServer
-from tests.processes import port_options, reported_port, stop_process, tail
+from tests.processes import served_with
 from tests.proxy.limits.hostile import Hostile
 
 REPO = Path(__file__).resolve().parents[3]
@@ -38,20 +35,13 @@ def served(tmp_path: Path, **settings: Any) -> Iterator[tuple[Hostile, int]]:
     """A real `toolsentry serve` with `settings`, in front of a hostile upstream; its port."""
     script = Hostile(mode="fine")
     with LoopbackServer(script.app) as upstream:
-        config = tmp_path / "toolsentry.yaml"
         upstreams = [{"name": "hostile", "base_url": f"{upstream.url}/v1"}]
-        config.write_text(yaml.safe_dump({"upstreams": upstreams, "retries": 0, **settings}))
-        log, port_file = tmp_path / "serve.log", tmp_path / "serve.port"
-        command = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config)]
-        with log.open("ab") as out:
-            process = subprocess.Popen(
-                [*command, *port_options(port_file)], cwd=REPO, stdout=out, stderr=out
-            )
-        try:
-            yield script, reported_port(process, port_file, tail(log))
-        finally:
-            script.release.set()
-            stop_process(process, timeout=10)
+        settings = {"upstreams": upstreams, "retries": 0, **settings}
+        with served_with(settings, tmp_path) as (port, _):
+            try:
+                yield script, port
+            finally:
+                script.release.set()  # held requests end before the proxy stops
 
 
 @pytest.fixture

@@ -7,17 +7,14 @@ The bound is loose (48 MB) and the attacks well past it (a gzip bomb that decode
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from proxy.testing import LoopbackServer
-from tests.processes import port_options, reported_port, stop_process, tail
+from tests.processes import served_with
 from tests.proxy.limits.hostile import MB, Hostile
 
 REPO = Path(__file__).resolve().parents[3]
@@ -35,21 +32,10 @@ def status_kb(pid: int, field: str) -> int:
 def served(tmp_path: Path) -> Iterator[tuple[Hostile, str, int]]:
     script = Hostile()
     with LoopbackServer(script.app) as upstream:
-        config = tmp_path / "toolsentry.yaml"
         limits = {"max_response_bytes": MB, "max_stream_bytes": MB}
         upstreams = [{"name": "hostile", "base_url": f"{upstream.url}/v1", **limits}]
-        config.write_text(yaml.safe_dump({"upstreams": upstreams, "retries": 0}))
-        log, port_file = tmp_path / "serve.log", tmp_path / "serve.port"
-        command = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config)]
-        with log.open("ab") as out:
-            process = subprocess.Popen(
-                [*command, *port_options(port_file)], cwd=REPO, stdout=out, stderr=out
-            )
-        try:
-            port = reported_port(process, port_file, tail(log))
-            yield script, f"http://127.0.0.1:{port}", process.pid
-        finally:
-            stop_process(process, timeout=10)
+        with served_with({"upstreams": upstreams, "retries": 0}, tmp_path) as (port, pid):
+            yield script, f"http://127.0.0.1:{port}", pid
 
 
 def test_a_gzip_bomb_and_a_huge_body_leave_the_peak_memory_within_a_bound(

@@ -25,9 +25,8 @@ from pathlib import Path
 
 import httpx
 import orjson
-import yaml
 
-from tests.processes import port_options, reported_port, stop_process, tail
+from tests.processes import port_options, reported_port, served_with, stop_process, tail
 from tests.proxy.builders import make_request
 from tests.proxy.metrics_text import metric
 
@@ -73,19 +72,9 @@ class Replica:
 @contextmanager
 def served(tmp_path: Path, urls: list[str]) -> Iterator[str]:
     """A real `toolsentry serve` whose one upstream entry has the replicas at `urls`; its URL."""
-    config = tmp_path / "toolsentry.yaml"
     entry = {"name": "replicas", "base_urls": urls, "cooldown_seconds": COOLDOWN}
-    config.write_text(yaml.safe_dump({"upstreams": [entry], "retries": 2}))
-    log, port_file = tmp_path / "serve.log", tmp_path / "serve.port"
-    command = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config)]
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [*command, *port_options(port_file)], cwd=REPO, stdout=out, stderr=out
-        )
-    try:
-        yield f"http://127.0.0.1:{reported_port(process, port_file, tail(log))}"
-    finally:
-        stop_process(process, timeout=10)
+    with served_with({"upstreams": [entry], "retries": 2}, tmp_path) as (port, _):
+        yield f"http://127.0.0.1:{port}"
 
 
 @dataclass
