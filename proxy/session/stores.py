@@ -246,19 +246,6 @@ class MemoryStore:
         now: float,
     ) -> SessionRecord:
         check_counts(errors, repairs, requests, channels)
-        return self._add(session, max_errors, errors, repairs, channels, requests, now)
-
-    def _add(
-        self,
-        session: str,
-        max_errors: int,
-        errors: int,
-        repairs: int,
-        channels: Mapping[str, int],
-        requests: int,
-        now: float,
-    ) -> SessionRecord:
-        """`record`'s step once its counts are checked: no await, so one atomic step."""
         self._evict(now)
         current = self._records.get(session)
         if current is None or self._expired(current.updated_at, now):
@@ -303,8 +290,14 @@ class MemoryStore:
         update.check()
         fresh = await self.claim_call_ids(session, update.claims, now=now) if update.claims else []
         errors, channels = update.counts(len(fresh))
-        record = self._add(
-            session, update.max_errors, errors, update.repairs, channels, update.requests, now
+        record = await self.record(
+            session,
+            max_errors=update.max_errors,
+            errors=errors,
+            repairs=update.repairs,
+            channels=channels,
+            requests=update.requests,
+            now=now,
         )
         for response_id in update.responses:
             await self.link_response(response_id, session, now=now)
