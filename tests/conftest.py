@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import io
 import shutil
+import socket
+import subprocess
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-from bench.redisserver import RedisServer, start_redis, stop_redis
 from proxy.logs import configure_logging
-from proxy.testing import unused_socket
+from proxy.testing import free_port, unused_socket
+from tests.processes import stop_process
 from tests.require import in_ci, require
 
 pytest_plugins = ("tests.require",)
@@ -42,6 +46,59 @@ settings.register_profile(
 settings.load_profile("toolsentry")
 
 
+@dataclass
+class RedisServer:
+    """A `redis-server` this test run started on a loopback port, without persistence."""
+
+    port: int
+    process: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def command(self, *args: str) -> bytes:
+        """Send one command (inline protocol) and return the raw reply line."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
+            sock.sendall(" ".join(args).encode() + b"\r\n")
+            return sock.recv(4096)
+
+
+def _start_redis(
+    binary: str, persistence: tuple[str, ...] = ("--appendonly", "no"), port: int | None = None
+) -> RedisServer:
+    last_error = ""
+    # redis-server cannot bind port 0 and report it (`--port 0` turns TCP off), so a free port is
+    # chosen here (unless `port` is given); one taken between choosing it and binding it is
+    # chosen again.
+    for _ in range(3):
+        listen = port or free_port()
+        options = ["--save", "", *persistence, "--port", str(listen), "--bind", "127.0.0.1"]
+        process = subprocess.Popen(
+            [binary, *options],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        server = RedisServer(listen, process)
+        deadline = time.monotonic() + 60  # a safety net: a busy machine starts it late
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                if server.command("PING").startswith(b"+PONG"):
+                    return server
+            except OSError:
+                time.sleep(0.02)
+        _stop_redis(server)
+        assert process.stdout is not None
+        last_error = process.stdout.read().decode(errors="replace")[-2000:]
+    raise RuntimeError(f"redis-server did not start: {last_error}")
+
+
+def _stop_redis(server: RedisServer) -> None:
+    stop_process(server.process, timeout=10)
+    if server.process.stdout is not None:
+        server.process.stdout.close()
+
+
 @pytest.fixture
 def refused_port() -> Iterator[int]:
     """A loopback port that refuses connections for the whole test: bound, never listening, so
@@ -56,11 +113,11 @@ def redis_server() -> Iterator[RedisServer]:
     binary = shutil.which("redis-server")
     if binary is None:
         require("redis", REDIS_MISSING)
-    server = start_redis(binary)
+    server = _start_redis(binary)
     try:
         yield server
     finally:
-        stop_redis(server)
+        _stop_redis(server)
 
 
 @pytest.fixture
@@ -75,7 +132,7 @@ def durable_redis(tmp_path: Path) -> Iterator[Callable[[int | None], RedisServer
     persistence = ("--appendonly", "yes", "--appendfsync", "always", "--dir", str(tmp_path))
 
     def start(port: int | None = None) -> RedisServer:
-        server = start_redis(binary, persistence, port)
+        server = _start_redis(binary, persistence, port)
         started.append(server)
         return server
 
@@ -83,7 +140,7 @@ def durable_redis(tmp_path: Path) -> Iterator[Callable[[int | None], RedisServer
         yield start
     finally:
         for server in started:
-            stop_redis(server)
+            _stop_redis(server)
 
 
 @pytest.fixture

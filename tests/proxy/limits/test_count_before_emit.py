@@ -23,10 +23,10 @@ import httpx
 import orjson
 import pytest
 
-from bench.redisserver import RedisServer
 from proxy.protocols.answer import Answer
 from proxy.protocols.base import API
 from proxy.testing import SSE, LoopbackServer, ScriptedUpstream, answer, call, stream_events
+from tests.conftest import RedisServer
 from tests.proxy.metrics_text import metric
 from tests.proxy.system.support import ProxyProcess
 

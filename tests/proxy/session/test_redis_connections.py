@@ -10,7 +10,6 @@ from redis.asyncio.connection import Connection
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from bench.redisserver import RedisServer
 from proxy.session.redis_connections import (
     Connections,
     Script,
@@ -19,6 +18,7 @@ from proxy.session.redis_connections import (
     pack,
     pack_bytes,
 )
+from tests.conftest import RedisServer
 
 # A command's name, then any arguments (redis-py splits a name at spaces: "SCRIPT LOAD").
 parts = st.tuples(

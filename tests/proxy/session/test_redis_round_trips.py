@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from bench.redisserver import RedisServer
 from proxy.testing import completion, tool_call
+from tests.conftest import RedisServer
 from tests.proxy.builders import make_request
 from tests.proxy.conftest import RunningProxy, RunningUpstream
 
