@@ -121,14 +121,20 @@ class Pipeline:
         budget, repair = self._overrides(headers)
         # One atomic step, one round trip: the tool errors' ids claimed, the fresh ones counted.
         claimed = self._tool_error_ids(view, headers, protocol.api)
-        update = SessionUpdate(
-            budget.max_errors,
-            requests=1,
-            claims=claimed,
-            claimed_channel=Channel.TOOL_ERROR.value if claimed else None,
-        )
-        record, fresh = await self.store.apply(session, update, now=time.time())
-        tool_errors = len(fresh)
+        if claimed:
+            update = SessionUpdate(
+                budget.max_errors,
+                requests=1,
+                claims=claimed,
+                claimed_channel=Channel.TOOL_ERROR.value,
+            )
+            record, fresh = await self.store.apply(session, update, now=time.time())
+            tool_errors = len(fresh)
+        else:  # nothing to claim: the request counted, as `apply` would, without building one
+            record = await self.store.record(
+                session, max_errors=budget.max_errors, requests=1, now=time.time()
+            )
+            tool_errors = 0
         if tool_errors:
             self.metrics.violations.labels(model, Channel.TOOL_ERROR.value, protocol.api).inc(
                 tool_errors
