@@ -26,8 +26,9 @@ from proxy.metrics import Metrics, ModelLabels, UnknownToolStats
 from proxy.pipeline.turn import Exchange, Turn
 from proxy.protocols.base import TurnView, WireProtocol
 from proxy.protocols.constrain import FOR_API, Constrain
-from proxy.session.budget import ErrorBudget, ExhaustionPolicy, resolve_session
+from proxy.session.budget import ErrorBudget, ExhaustionPolicy, named_session
 from proxy.session.stores import SessionStore, SessionUpdate
+from proxy.session.tracking import unnamed_session
 from proxy.shadow import Shadow
 from proxy.tracing import Tracing
 from proxy.upstream_router import Router
@@ -111,13 +112,22 @@ class Pipeline:
         upstream = self.router.pick(view.model)
         previous = view.hints.previous_response_id
         chained = await self.store.session_of_response(previous) if previous else None
-        session = resolve_session(
+        session = named_session(
             headers,
             view.hints,
             header_names=self._session_headers,
             chained=chained,
             owner=exchange.key,
         )
+        if session is None:  # the conversation its history continues (one store round trip)
+            session = await unnamed_session(
+                self.store,
+                body,
+                view.hints,
+                owner=exchange.key,
+                tracking=self.settings.session_tracking,
+                now=time.time(),
+            )
         budget, repair = self._overrides(headers)
         # One atomic step, one round trip: the tool errors' ids claimed, the fresh ones counted.
         claimed = self._tool_error_ids(view, headers, protocol.api)

@@ -23,7 +23,13 @@ from proxy.protocols.responses.reply import (
     output_items,
     set_status,
 )
-from proxy.protocols.responses.request import first_text, input_items, reask_items, tool_results
+from proxy.protocols.responses.request import (
+    first_text,
+    history,
+    input_items,
+    reask_items,
+    tool_results,
+)
 from proxy.protocols.responses.stream import EventWriter, ResponsesAssembly
 from proxy.protocols.responses.tools import chat_tools, guard_tool_choice
 from proxy.session.budget import SessionHints
@@ -62,6 +68,7 @@ class ResponsesProtocol(Adapter):
             declared=metadata.get("session_id") if isinstance(metadata, Mapping) else None,
             previous_response_id=previous,
             user=body.get("user"),
+            history=history,
         )
         return TurnView(
             model,
