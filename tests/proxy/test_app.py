@@ -225,7 +225,7 @@ def test_a_session_id_with_slashes_is_shown_and_deleted_as_it_is_or_percent_enco
         )
 
 
-def test_session_id_falls_back_to_the_body_and_then_a_conversation_fingerprint(
+def test_session_id_falls_back_to_the_body_and_then_the_conversations_history(
     proxy: RunningProxy, upstream: RunningUpstream
 ) -> None:
     upstream.script.push(completion("hi"))
@@ -239,8 +239,27 @@ def test_session_id_falls_back_to_the_body_and_then_a_conversation_fingerprint(
     first = client.chat.completions.with_raw_response.create(**make_request("first conversation"))
     again = client.chat.completions.with_raw_response.create(**make_request("first conversation"))
     other = client.chat.completions.with_raw_response.create(**make_request("another conversation"))
+    assert first.headers["x-toolsentry-session"].startswith("conv-")
     assert first.headers["x-toolsentry-session"] == again.headers["x-toolsentry-session"]
     assert first.headers["x-toolsentry-session"] != other.headers["x-toolsentry-session"]
+
+
+def test_session_tracking_fingerprint_gives_one_session_per_opening(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion("hi"))
+    client = make_proxy(session_tracking="fingerprint").client()
+    first = client.chat.completions.with_raw_response.create(**make_request("one opening"))
+    # A new run of the same task, once the first has moved on: the same fingerprint.
+    longer = make_request("one opening")
+    longer["messages"] += [
+        {"role": "assistant", "content": "hi"},
+        {"role": "user", "content": "go"},
+    ]
+    client.chat.completions.with_raw_response.create(**longer)
+    again = client.chat.completions.with_raw_response.create(**make_request("one opening"))
+    assert first.headers["x-toolsentry-session"].startswith("fp-")
+    assert again.headers["x-toolsentry-session"] == first.headers["x-toolsentry-session"]
 
 
 def test_openapi_schema_describes_the_chat_route(proxy: RunningProxy) -> None:

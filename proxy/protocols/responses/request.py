@@ -74,19 +74,16 @@ def _items(instructions: object, items: list[Any]) -> Iterator[Item]:
             yield ("", canonical_json(item))
             continue
         kind = item.get("type", "message")
-        if kind == "message":
+        if not isinstance(kind, str):
+            yield ("", canonical_json(item))
+        elif kind == "message":
             role, text = item.get("role"), content_text(item.get("content"))
             if role == "assistant":
                 yield assistant(text)
+            elif role in ("system", "developer"):
+                yield (SYSTEM, text)
             else:
-                yield (
-                    SYSTEM
-                    if role in ("system", "developer")
-                    else USER
-                    if role == "user"
-                    else str(role),
-                    text,
-                )
+                yield (USER if role == "user" else str(role), text)
         elif kind in _CALL_TYPES:
             arguments = item.get("arguments") if kind == "function_call" else item.get("input")
             call = (
@@ -100,7 +97,7 @@ def _items(instructions: object, items: list[Any]) -> Iterator[Item]:
         elif kind != "reasoning":
             rest = {k: v for k, v in item.items() if k not in ("id", "status")}
             text = canonical_json(rest)
-            yield (TOOL, "", text) if str(kind).endswith("_output") else assistant(text)
+            yield (TOOL, "", text) if kind.endswith("_output") else assistant(text)
 
 
 def first_text(items: list[Any], roles: tuple[str, ...]) -> str:
