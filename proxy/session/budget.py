@@ -221,11 +221,15 @@ def message_hints(
         system = _first_content(messages, ("system", "developer"))
         user = _first_content(messages, ("user",))
     model = body.get("model")
+    # Positional: the named tuple's keyword arguments cost a third of its making.
     return SessionHints(
         (model if isinstance(model, str) else "", system, user),
-        declared=declared,
-        user=body.get("user"),
-        history=history,
+        declared,
+        "metadata.session_id",
+        None,
+        body.get("user"),
+        None,
+        history,
     )
 
 

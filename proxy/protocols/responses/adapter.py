@@ -63,12 +63,15 @@ class ResponsesProtocol(Adapter):
         model = body.get("model")
         metadata = body.get("metadata")
         system = instructions or first_text(items, ("system", "developer"))
+        # Positional: the named tuple's keyword arguments cost a third of its making.
         hints = SessionHints(
             (model if isinstance(model, str) else "", system, first_text(items, ("user",))),
-            declared=metadata.get("session_id") if isinstance(metadata, Mapping) else None,
-            previous_response_id=previous,
-            user=body.get("user"),
-            history=history,
+            metadata.get("session_id") if isinstance(metadata, Mapping) else None,
+            "metadata.session_id",
+            previous,
+            body.get("user"),
+            None,
+            history,
         )
         return TurnView(
             model,

@@ -15,6 +15,7 @@ import pytest
 
 from proxy.protocols.chat.request import history
 from proxy.session.budget import SessionTracking, message_hints, scoped
+from proxy.session.history import MAX_PER_TIP, History
 from proxy.session.stores import SessionRecord, SessionStore, SessionUpdate
 from proxy.session.tracking import unnamed_session
 
@@ -565,3 +566,18 @@ class StoreConformance:
         assert theirs.startswith(scoped("key-2", "conv-"))
         assert await session_of(store, conversation("return", 1), clock, owner="key-1") == mine
         assert await session_of(store, conversation("return", 0), clock) != mine
+
+    async def test_a_history_remembers_its_newest_conversations_only(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        count = MAX_PER_TIP + 2
+        opened = []
+        for i in range(count):  # identical conversations, each opened once the last moved on
+            opened.append(await store.track_conversation(History("t0", ()), f"s{i}", now=clock()))
+            await store.track_conversation(History("t1", ("t0",)), "unused", now=clock())
+        assert opened == [f"s{i}" for i in range(count)]
+        continued = [
+            await store.track_conversation(History(f"t2-{i}", ("t1",)), f"n{i}", now=clock())
+            for i in range(count)
+        ]
+        assert continued == [*opened[2:], f"n{count - 2}", f"n{count - 1}"]
