@@ -40,6 +40,8 @@ from proxy.session.stores import (
 #                              where rank is updated_at as a fixed-width decimal, so equal error
 #                              counts order by recency, then id
 #   {prefix}response:{id}      string: "{linked_at}|{session}", a Responses chain's link
+#   {prefix}conversation:{d}   list: the conversations whose last request's history has the
+#                              digest d (redis_conversations.py)
 #
 # Listing reads these two sorted sets (one ZREVRANGE page per call) rather than SCANning every
 # session key: SCAN would read and sort the whole keyspace on each `GET /v1/sessions`. The cost is
