@@ -41,7 +41,7 @@ from proxy.guard.tool_errors import (
 )
 from proxy.guard.unrepaired import DEFAULT_ON_UNREPAIRED, UnrepairedPolicy
 from proxy.protocols.base import API
-from proxy.session.budget import DEFAULT_SESSION_HEADERS, ExhaustionPolicy
+from proxy.session.budget import DEFAULT_SESSION_HEADERS, ExhaustionPolicy, SessionTracking
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 
@@ -231,6 +231,8 @@ class Settings(BaseSettings):
         default_factory=lambda: list(DEFAULT_SESSION_HEADERS),
         description="Request headers that name the session, tried in order.",
     )
+    session_tracking: SessionTracking = SessionTracking.HISTORY
+    """The session of a request that names none (no session header, `metadata.session_id`, chained response or `user`). history: the conversation its history continues, a new session for a new opening, even with the same words as another (conversations identical so far share one until they differ); fingerprint: one session per (model, first system text, first user text), as earlier releases did."""
 
     max_errors: int = Field(default=10, ge=1, description="Errors a session may experience.")
     exhaustion_policy: ExhaustionPolicy = ExhaustionPolicy.REJECT

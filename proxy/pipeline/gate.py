@@ -26,8 +26,9 @@ from proxy.metrics import Metrics, ModelLabels, UnknownToolStats
 from proxy.pipeline.turn import Exchange, Turn
 from proxy.protocols.base import TurnView, WireProtocol
 from proxy.protocols.constrain import FOR_API, Constrain
-from proxy.session.budget import ErrorBudget, ExhaustionPolicy, resolve_session
+from proxy.session.budget import ErrorBudget, ExhaustionPolicy, SessionHints, named_session
 from proxy.session.stores import SessionStore, SessionUpdate
+from proxy.session.tracking import unnamed_session
 from proxy.shadow import Shadow
 from proxy.tracing import Tracing
 from proxy.upstream_router import Router
@@ -111,13 +112,15 @@ class Pipeline:
         upstream = self.router.pick(view.model)
         previous = view.hints.previous_response_id
         chained = await self.store.session_of_response(previous) if previous else None
-        session = resolve_session(
+        session = named_session(
             headers,
             view.hints,
             header_names=self._session_headers,
             chained=chained,
             owner=exchange.key,
         )
+        if session is None:
+            session = await self._unnamed_session(body, view.hints, exchange.key)
         budget, repair = self._overrides(headers)
         # One atomic step, one round trip: the tool errors' ids claimed, the fresh ones counted.
         claimed = self._tool_error_ids(view, headers, protocol.api)
@@ -223,6 +226,16 @@ class Pipeline:
                     for f in fallbacks
                 ],
             )
+
+    async def _unnamed_session(
+        self, body: dict[str, Any], hints: SessionHints, owner: str | None
+    ) -> str:
+        """The session of a request that names none: the conversation its history continues,
+        found in one store round trip (`proxy.session.tracking`); raises SessionStoreError."""
+        tracking = self.settings.session_tracking
+        return await unnamed_session(
+            self.store, body, hints, owner=owner, tracking=tracking, now=time.time()
+        )
 
     def _tool_error_ids(self, view: TurnView, headers: Mapping[str, str], api: str) -> list[str]:
         """The call ids of the tool results this request reports as failed, in order, once each."""

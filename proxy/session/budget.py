@@ -15,6 +15,7 @@ from json.encoder import encode_basestring_ascii
 from typing import Any, Final, NamedTuple, TypeGuard
 
 from proxy.errors import BadRequestError
+from proxy.session.history import History
 
 MAX_SESSION_ID_LENGTH = 200
 FINGERPRINT_PREFIX = "fp-"
@@ -31,6 +32,13 @@ class ExhaustionPolicy(enum.StrEnum):
     REJECT = "reject"  # HTTP 429, error type error_budget_exhausted
     FINISH = "finish"  # a normal completion that says the session ended
     OBSERVE = "observe"  # count, report, change nothing
+
+
+class SessionTracking(enum.StrEnum):
+    """How the session of a request that names none is found (`resolve_session`'s last step)."""
+
+    HISTORY = "history"  # the conversation its history continues (proxy.session.history)
+    FINGERPRINT = "fingerprint"  # "fp-" + a hash of (model, first system text, first user text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +81,9 @@ class SessionHints(NamedTuple):
     session id the body names itself (chat and Responses `metadata.session_id`, the one inside
     Claude Code's `metadata.user_id`), any JSON value as sent, with `declared_param` naming
     where it was for an error message; `previous_response_id`: the Responses response this
-    request continues; `user`: the body's `user` as sent.
+    request continues; `user`: the body's `user` as sent; `history`: reads the digests of the
+    body's history (`proxy.session.history`), called only for a request that names no session
+    (so a request that does pays nothing for it).
 
     A named tuple (one a request), immutable and made in a quarter of a frozen dataclass's time.
     """
@@ -84,6 +94,7 @@ class SessionHints(NamedTuple):
     previous_response_id: str | None = None
     user: object = None
     read: Callable[[Any], str] | None = None
+    history: Callable[[Mapping[str, Any]], History] | None = None
 
     @property
     def fingerprint(self) -> tuple[str, str, str]:
@@ -113,9 +124,31 @@ def resolve_session(
        `"user-" + hash`, so one end user still maps to one session;
     5. `"fp-" + 16 hex digits` of `hints.fingerprint`. Clients that resend the history keep the
        same fingerprint on every turn; two conversations that open with the same words share it.
+       That is `session_tracking: fingerprint`; under `history` (the default) the pipeline
+       takes steps 1-4 from `named_session` and finds the conversation the request's history
+       continues instead (`proxy.session.tracking`).
 
     Blank values count as absent. A valid id is 1 to 200 printable ASCII characters after
     surrounding whitespace is stripped.
+
+    Raises:
+        BadRequestError: a session header or the declared id holds an invalid id.
+    """
+    named = named_session(headers, hints, header_names=header_names, chained=chained, owner=owner)
+    return named if named is not None else scoped(owner, fingerprint_of(*hints.fingerprint))
+
+
+def named_session(
+    headers: Mapping[str, str],
+    hints: SessionHints,
+    *,
+    header_names: Sequence[str] = DEFAULT_SESSION_HEADERS,
+    chained: str | None = None,
+    owner: str | None = None,
+) -> str | None:
+    """The session a request names, as stored: `resolve_session`'s steps 1 to 4; None when it
+    names none (the caller then finds it by the request's history, `proxy.session.tracking`,
+    or its fingerprint).
 
     Raises:
         BadRequestError: a session header or the declared id holds an invalid id.
@@ -124,7 +157,9 @@ def resolve_session(
     if session is None:
         if chained is not None and owned(owner, chained) is not None:
             return chained  # this key's response: the request continues its session
-        session = _unnamed(hints)
+        session = _user(hints.user)
+        if session is None:
+            return None
     return scoped(owner, session)
 
 
@@ -162,20 +197,22 @@ def _named(
     return None
 
 
-def _unnamed(hints: SessionHints) -> str:
-    """The session of a request that names none: its end user's, else its fingerprint."""
-    user = hints.user
+def _user(user: object) -> str | None:
+    """The session of the body's end user `user`, None without one."""
     if isinstance(user, str) and user.strip():
         stripped = user.strip()
         if _valid(stripped):
             return stripped
         return "user-" + _short_hash(user)
-    return fingerprint_of(*hints.fingerprint)
+    return None
 
 
-def message_hints(body: Mapping[str, Any]) -> SessionHints:
+def message_hints(
+    body: Mapping[str, Any], history: Callable[[Mapping[str, Any]], History] | None = None
+) -> SessionHints:
     """The session hints of a body that holds `messages` (chat completions): `metadata.session_id`,
-    `user`, and the fingerprint of the model, first system (or developer) and first user message."""
+    `user`, the fingerprint of the model, first system (or developer) and first user message, and
+    `history`, the reader of its history (see `SessionHints`)."""
     metadata = body.get("metadata")
     declared = metadata.get("session_id") if _is_mapping(metadata) else None
     messages = body.get("messages")
@@ -184,10 +221,15 @@ def message_hints(body: Mapping[str, Any]) -> SessionHints:
         system = _first_content(messages, ("system", "developer"))
         user = _first_content(messages, ("user",))
     model = body.get("model")
+    # Positional: the named tuple's keyword arguments cost a third of its making.
     return SessionHints(
         (model if isinstance(model, str) else "", system, user),
-        declared=declared,
-        user=body.get("user"),
+        declared,
+        "metadata.session_id",
+        None,
+        body.get("user"),
+        None,
+        history,
     )
 
 

@@ -13,7 +13,9 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
 from proxy.errors import SessionStoreError
+from proxy.session.history import History
 from proxy.session.redis_connections import Connections, Script, command, lua_string
+from proxy.session.redis_conversations import TRACK_CONVERSATION, track_call
 from proxy.session.stores import (
     DEFAULT_TTL_SECONDS,
     NO_CHANNELS,
@@ -38,6 +40,8 @@ from proxy.session.stores import (
 #                              where rank is updated_at as a fixed-width decimal, so equal error
 #                              counts order by recency, then id
 #   {prefix}response:{id}      string: "{linked_at}|{session}", a Responses chain's link
+#   {prefix}conversation:{d}   list: the conversations whose last request's history has the
+#                              digest d (redis_conversations.py)
 #
 # Listing reads these two sorted sets (one ZREVRANGE page per call) rather than SCANning every
 # session key: SCAN would read and sort the whole keyspace on each `GET /v1/sessions`. The cost is
@@ -368,6 +372,13 @@ class RedisStore:
             return None
         linked_at, _, session = str(value).partition("|")
         return None if float(linked_at) + self._ttl <= self._clock() else session
+
+    async def track_conversation(self, history: History, new_session: str, *, now: float) -> str:
+        keys, args = track_call(
+            self._prefix, history, new_session, now=now, ttl=self._ttl, ttl_ms=self._ttl_ms
+        )
+        with self._translated:
+            return str(await self._connections.run(TRACK_CONVERSATION, keys, args))
 
     async def close(self) -> None:
         await self._connections.close()

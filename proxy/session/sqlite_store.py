@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from proxy.errors import ConfigError
+from proxy.session import sqlite_conversations
+from proxy.session.history import History
 from proxy.session.stores import (
     DEFAULT_TTL_SECONDS,
     NO_CHANNELS,
@@ -160,6 +162,9 @@ class SqliteStore:
     async def session_of_response(self, response_id: str) -> str | None:
         return await self._run(self._linked, response_id, self._clock())
 
+    async def track_conversation(self, history: History, new_session: str, *, now: float) -> str:
+        return await self._run(self._track, history, new_session, now)
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -213,6 +218,12 @@ class SqliteStore:
     def _link(self, response_id: str, session: str, now: float) -> None:
         with _transaction(self._db):
             self._link_row(response_id, session, now)
+
+    def _track(self, history: History, new_session: str, now: float) -> str:
+        with _transaction(self._db):
+            return sqlite_conversations.track_conversation(
+                self._db, history, new_session, now=now, ttl=self._ttl
+            )
 
     def _apply(self, session: str, update: SessionUpdate, now: float) -> Applied:
         # One transaction for the phase: its claims, its counts and its links commit together.
@@ -395,7 +406,7 @@ def _enable_wal(db: sqlite3.Connection, *, deadline: float) -> None:
 
 def _create_schema(db: sqlite3.Connection) -> None:
     # executescript() would commit the open transaction; run the statements one by one instead.
-    for statement in _SCHEMA.split(";"):
+    for statement in (_SCHEMA + sqlite_conversations.SCHEMA).split(";"):
         if statement.strip():
             db.execute(statement)
 

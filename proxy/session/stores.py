@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar, r
 from urllib.parse import urlsplit, urlunsplit
 
 from proxy.errors import ConfigError
+from proxy.session.history import Entry, History, follow
 
 if TYPE_CHECKING:
     pass
@@ -191,6 +192,14 @@ class SessionStore(Protocol):
         """The session `link_response` linked `response_id` to, or None (unknown or expired)."""
         ...
 
+    async def track_conversation(self, history: History, new_session: str, *, now: float) -> str:
+        """The session of a request that names none, by its history's digests (scoped to its
+        client key): the conversation it continues, an exact repeat's, else `new_session`; the
+        digests remembered for the next request, all in one atomic step (the rule of
+        `proxy.session.history.follow`). What is remembered under a digest expires
+        `ttl_seconds` after it was put there."""
+        ...
+
     async def close(self) -> None:
         """Release connections and threads; the store is unusable afterwards."""
         ...
@@ -227,6 +236,8 @@ class MemoryStore:
         self._claims: OrderedDict[str, _Claims] = OrderedDict()
         self._counts: dict[str, dict[str, int]] = {}
         self._responses: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        # Digest -> conversations, least recently written first (see `track_conversation`).
+        self._conversations: OrderedDict[str, list[Entry]] = OrderedDict()
 
     async def get(self, session: str) -> SessionRecord | None:
         current = self._records.get(session)
@@ -337,7 +348,27 @@ class MemoryStore:
             return None
         return linked[0]
 
+    async def track_conversation(self, history: History, new_session: str, *, now: float) -> str:
+        # Nothing here awaits, so the lookup and the writes are one atomic step on the loop.
+        known = self._conversations
+        lists = {d: known[d] for d in (history.tip, *history.prefixes) if d in known}
+        session, writes = follow(lists, history, new_session, now=now, ttl=self._ttl)
+        for digest, entries in writes.items():
+            if entries:
+                known[digest] = entries
+                known.move_to_end(digest)
+            else:
+                known.pop(digest, None)
+        # Bounded as the sessions are: expired lists first, then the least recently written.
+        while known:
+            entries = next(iter(known.values()))
+            if len(known) <= self._max_sessions and max(at for _, at in entries) + self._ttl > now:
+                break
+            known.popitem(last=False)
+        return session
+
     async def close(self) -> None:
+        self._conversations.clear()
         self._records.clear()
         self._claims.clear()
         self._counts.clear()

@@ -19,6 +19,7 @@ from proxy.session.stores import MemoryStore, SessionRecord
 from proxy.testing import LoopbackServer, ScriptedUpstream, completion, tool_call
 from tests.proxy.builders import make_request
 from tests.proxy.conftest import RunningProxy, RunningUpstream
+from tests.proxy.metrics_text import metric
 
 
 def assert_openai_error(response: httpx.Response, status: int, error_type: str) -> None:
@@ -225,7 +226,7 @@ def test_a_session_id_with_slashes_is_shown_and_deleted_as_it_is_or_percent_enco
         )
 
 
-def test_session_id_falls_back_to_the_body_and_then_a_conversation_fingerprint(
+def test_session_id_falls_back_to_the_body_and_then_the_conversations_history(
     proxy: RunningProxy, upstream: RunningUpstream
 ) -> None:
     upstream.script.push(completion("hi"))
@@ -239,8 +240,39 @@ def test_session_id_falls_back_to_the_body_and_then_a_conversation_fingerprint(
     first = client.chat.completions.with_raw_response.create(**make_request("first conversation"))
     again = client.chat.completions.with_raw_response.create(**make_request("first conversation"))
     other = client.chat.completions.with_raw_response.create(**make_request("another conversation"))
+    assert first.headers["x-toolsentry-session"].startswith("conv-")
     assert first.headers["x-toolsentry-session"] == again.headers["x-toolsentry-session"]
     assert first.headers["x-toolsentry-session"] != other.headers["x-toolsentry-session"]
+
+
+def test_session_tracking_fingerprint_gives_one_session_per_opening(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream
+) -> None:
+    upstream.script.push(completion("hi"))
+    client = make_proxy(session_tracking="fingerprint").client()
+    first = client.chat.completions.with_raw_response.create(**make_request("one opening"))
+    # A new run of the same task, once the first has moved on: the same fingerprint.
+    longer = make_request("one opening")
+    longer["messages"] += [
+        {"role": "assistant", "content": "hi"},
+        {"role": "user", "content": "go"},
+    ]
+    client.chat.completions.with_raw_response.create(**longer)
+    again = client.chat.completions.with_raw_response.create(**make_request("one opening"))
+    assert first.headers["x-toolsentry-session"].startswith("fp-")
+    assert again.headers["x-toolsentry-session"] == first.headers["x-toolsentry-session"]
+
+
+def test_a_store_that_fails_while_a_conversation_is_looked_up_is_a_503_counted_at_begin(
+    make_proxy: Callable[..., RunningProxy], upstream: RunningUpstream, refused_port: int
+) -> None:
+    proxy = make_proxy(store=f"redis://127.0.0.1:{refused_port}/0")
+    with proxy.http() as http:
+        response = http.post("/v1/chat/completions", json=make_request("no session header"))
+        assert_openai_error(response, 503, "session_store_unavailable")
+        page = http.get("/metrics").text
+    assert metric(page, "toolsentry_session_store_errors_total", phase="begin", api="chat") == 1
+    assert upstream.script.requests == []
 
 
 def test_openapi_schema_describes_the_chat_route(proxy: RunningProxy) -> None:

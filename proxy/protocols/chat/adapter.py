@@ -26,6 +26,7 @@ from proxy.protocols.base import (
     TurnView,
 )
 from proxy.protocols.chat.answer import completion_chunks
+from proxy.protocols.chat.request import history
 from proxy.protocols.chat.stream import ChatAssembly
 from proxy.session.budget import content_text, message_hints
 from proxy.sse import DONE, encode_event
@@ -44,7 +45,7 @@ class ChatProtocol(Adapter):
             body.get("model"),
             self.tool_index(self.declared_tools(body), index),
             body.get("tool_choice"),
-            message_hints(body),
+            message_hints(body, history),
             tool_results(messages),
             bool(body.get("stream")),
         )

@@ -1,4 +1,5 @@
-"""A Messages request read for the turn (session hints, tool results) and continued for a re-ask.
+"""A Messages request read for the turn (session hints, its history, tool results) and continued
+for a re-ask.
 
 A re-ask continues the conversation with the assistant turn (thinking, text, the `tool_use` blocks
 as sent) and a user turn of `tool_result` blocks (`is_error: true`) carrying the corrective texts,
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import repeat
 from typing import Any, Final
 
@@ -21,6 +22,17 @@ from proxy.guard.toolcheck import ToolIndex
 from proxy.protocols.base import Message, ToolResult
 from proxy.protocols.messages.reply import content_blocks
 from proxy.session.budget import SessionHints, content_text
+from proxy.session.history import (
+    SYSTEM,
+    TOOL,
+    USER,
+    History,
+    Item,
+    arguments_text,
+    assistant,
+    canonical_json,
+    digest_history,
+)
 
 # Every request resends the whole conversation, so its blocks are walked on every request: these
 # feed `dict.get` over a block list in C (`map(_GET, blocks, _TYPE)`), which raises TypeError
@@ -60,6 +72,63 @@ def session_hints(body: Mapping[str, Any]) -> SessionHints:
         None,
         user,
         _blocks_text,
+        history,
+    )
+
+
+def history(body: Mapping[str, Any]) -> History:
+    """The digests of the body's model, `system` and `messages`: text blocks as `_blocks_text`
+    reads them (a string and one text block alike; `cache_control` and citations not read),
+    a user turn's `tool_result` blocks as tool results (id, text) before its other blocks'
+    text, an assistant turn's text and `tool_use` blocks (id, name, input); thinking blocks
+    are left out (clients drop or keep them)."""
+    return digest_history(body.get("model"), _items(body))
+
+
+def _items(body: Mapping[str, Any]) -> Iterator[Item]:
+    system = body.get("system")
+    if system is not None:
+        yield (SYSTEM, _blocks_text(system))
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, dict):
+            yield ("", canonical_json(message))
+            continue
+        role, content = message.get("role"), message.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        if role == "assistant":
+            yield assistant(*_assistant_turn(blocks))
+            continue
+        rest = []
+        for block in blocks:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                text = _blocks_text(block.get("content"))
+                yield (TOOL, str(block.get("tool_use_id") or ""), text)
+            else:
+                rest.append(block)
+        if rest or not blocks:
+            yield (USER if role == "user" else str(role), _other_text(rest))
+
+
+def _assistant_turn(blocks: list[Any]) -> tuple[str, list[tuple[str, str, str]]]:
+    calls, rest = [], []
+    for block in blocks:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "tool_use":
+            name = str(block.get("name") or "")
+            calls.append((str(block.get("id") or ""), name, arguments_text(block.get("input"))))
+        elif kind not in ("thinking", "redacted_thinking"):
+            rest.append(block)
+    return _other_text(rest), calls
+
+
+def _other_text(blocks: list[Any]) -> str:
+    """The text of blocks: text blocks' texts, any other block as its canonical JSON."""
+    return "".join(
+        _blocks_text([block])
+        if isinstance(block, dict) and block.get("type") == "text"
+        else canonical_json(block)
+        for block in blocks
     )
 
 

@@ -23,7 +23,13 @@ from proxy.protocols.responses.reply import (
     output_items,
     set_status,
 )
-from proxy.protocols.responses.request import first_text, input_items, reask_items, tool_results
+from proxy.protocols.responses.request import (
+    first_text,
+    history,
+    input_items,
+    reask_items,
+    tool_results,
+)
 from proxy.protocols.responses.stream import EventWriter, ResponsesAssembly
 from proxy.protocols.responses.tools import chat_tools, guard_tool_choice
 from proxy.session.budget import SessionHints
@@ -57,11 +63,15 @@ class ResponsesProtocol(Adapter):
         model = body.get("model")
         metadata = body.get("metadata")
         system = instructions or first_text(items, ("system", "developer"))
+        # Positional: the named tuple's keyword arguments cost a third of its making.
         hints = SessionHints(
             (model if isinstance(model, str) else "", system, first_text(items, ("user",))),
-            declared=metadata.get("session_id") if isinstance(metadata, Mapping) else None,
-            previous_response_id=previous,
-            user=body.get("user"),
+            metadata.get("session_id") if isinstance(metadata, Mapping) else None,
+            "metadata.session_id",
+            previous,
+            body.get("user"),
+            None,
+            history,
         )
         return TurnView(
             model,

@@ -1,11 +1,11 @@
-"""A Responses request read for the turn (its input items, tool results, opening texts) and
-continued for a re-ask: the request's `input` goes on with the model's output items, one
+"""A Responses request read for the turn (its input items, tool results, opening texts, its
+history) and continued for a re-ask: the request's `input` goes on with the model's output items, one
 `function_call_output` per call carrying the corrective text, and a user message for what has no
 call id (DESIGN §6)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from proxy.errors import BadRequestError
@@ -15,6 +15,17 @@ from proxy.guard.toolcheck import ToolIndex
 from proxy.protocols.base import Message, ToolResult
 from proxy.protocols.responses.reply import ITEMS
 from proxy.session.budget import content_text
+from proxy.session.history import (
+    SYSTEM,
+    TOOL,
+    USER,
+    History,
+    Item,
+    arguments_text,
+    assistant,
+    canonical_json,
+    digest_history,
+)
 
 _CALL_TYPES: Final = frozenset({"function_call", "custom_tool_call"})
 
@@ -41,6 +52,52 @@ def tool_results(items: list[Any]) -> list[ToolResult]:
         and isinstance(item.get("call_id"), str)
         and item["call_id"]
     ]
+
+
+def history(body: Mapping[str, Any]) -> History:
+    """The digests of the body's model, `instructions` and `input` items: messages by role
+    (system and developer as system text) with their parts' texts as `content_text` reads them,
+    `function_call` and `custom_tool_call` items as an assistant's calls (call id, name,
+    arguments or input), their outputs as tool results (call id, text); reasoning items are
+    left out (clients drop or keep them), any other item is its canonical JSON without the `id`
+    and `status` the server gave it, an assistant's unless its type ends in `_output`."""
+    value = body.get("input")
+    items = input_items(value) if isinstance(value, (str, list)) else []
+    return digest_history(body.get("model"), _items(body.get("instructions"), items))
+
+
+def _items(instructions: object, items: list[Any]) -> Iterator[Item]:
+    if isinstance(instructions, str) and instructions:
+        yield (SYSTEM, instructions)
+    for item in items:
+        if not isinstance(item, dict):
+            yield ("", canonical_json(item))
+            continue
+        kind = item.get("type", "message")
+        if not isinstance(kind, str):
+            yield ("", canonical_json(item))
+        elif kind == "message":
+            role, text = item.get("role"), content_text(item.get("content"))
+            if role == "assistant":
+                yield assistant(text)
+            elif role in ("system", "developer"):
+                yield (SYSTEM, text)
+            else:
+                yield (USER if role == "user" else str(role), text)
+        elif kind in _CALL_TYPES:
+            arguments = item.get("arguments") if kind == "function_call" else item.get("input")
+            call = (
+                str(item.get("call_id") or ""),
+                str(item.get("name") or ""),
+                arguments_text(arguments),
+            )
+            yield assistant("", (call,))
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            yield (TOOL, str(item.get("call_id") or ""), content_text(item.get("output")))
+        elif kind != "reasoning":
+            rest = {k: v for k, v in item.items() if k not in ("id", "status")}
+            text = canonical_json(rest)
+            yield (TOOL, "", text) if kind.endswith("_output") else assistant(text)
 
 
 def first_text(items: list[Any], roles: tuple[str, ...]) -> str:

@@ -228,7 +228,7 @@ def test_a_chain_by_previous_response_id_stays_in_one_session(
     client = proxy.client()
     first = client.responses.with_raw_response.create(**make_request(store=True))
     session = first.headers["x-toolsentry-session"]
-    assert session.startswith("fp-")
+    assert session.startswith("conv-")  # found by its history: it names none
     (item,) = [i for i in first.parse().output if i.type == "function_call"]
     follow = {
         "model": MODEL,
@@ -355,7 +355,7 @@ def test_a_stream_holds_the_bad_call_repairs_it_and_numbers_every_event(
     for event in events:
         if "output_index" in event:
             assert event["output_index"] < len(final["output"])
-    assert headers["x-toolsentry-session"].startswith("fp-")
+    assert headers["x-toolsentry-session"].startswith("conv-")
 
 
 def test_the_sdks_stream_accumulates_the_repaired_call(

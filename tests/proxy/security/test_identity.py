@@ -112,15 +112,22 @@ def test_response_headers_show_only_the_callers_own_counts(proxy: ProxyProcess) 
     )
 
 
-def test_fingerprinted_sessions_are_scoped_to_the_key(proxy: ProxyProcess) -> None:
-    opening = "Fingerprinted conversation, no session header."
-    body = failing_turn(12)
-    body["messages"][1]["content"] = opening
-    assert post(proxy, body, B).status_code == 429
-    mine = post(proxy, make_request(opening), A)
-    assert mine.status_code == 200
-    assert mine.headers[ERRORS_HEADER] == "0"
-    assert mine.headers[SESSION_HEADER].startswith("fp-")
+def test_sessions_found_by_history_are_scoped_to_the_key(proxy: ProxyProcess) -> None:
+    opening = "A conversation without a session header."
+    assert post(proxy, make_request(opening), B).status_code == 200
+    # A's request continues B's opening word for word: it starts a session of A's own, and
+    # leaves B's conversation where it was.
+    mine = failing_turn(1)
+    mine["messages"][1]["content"] = opening
+    answered = post(proxy, mine, A)
+    assert answered.status_code == 200
+    assert answered.headers[ERRORS_HEADER] == "1"
+    assert answered.headers[SESSION_HEADER].startswith("conv-")
+    theirs = failing_turn(12)
+    theirs["messages"][1]["content"] = opening
+    spent = post(proxy, theirs, B)
+    assert spent.status_code == 429
+    assert spent.headers[SESSION_HEADER] != answered.headers[SESSION_HEADER]
 
 
 def test_a_key_reads_lists_and_resets_only_its_own_sessions(proxy: ProxyProcess) -> None:

@@ -13,8 +13,11 @@ from typing import Any
 
 import pytest
 
-from proxy.session.budget import scoped
+from proxy.protocols.chat.request import history
+from proxy.session.budget import SessionTracking, message_hints, scoped
+from proxy.session.history import MAX_PER_TIP, History
 from proxy.session.stores import SessionRecord, SessionStore, SessionUpdate
+from proxy.session.tracking import unnamed_session
 
 StoreFactory = Callable[..., SessionStore]
 
@@ -41,6 +44,32 @@ async def record(
 ) -> SessionRecord:
     counts.setdefault("max_errors", 10)
     return await store.record(session, now=clock(), **counts)
+
+
+def conversation(task: str, turns: int, *, trial: str = "") -> dict[str, Any]:
+    """A chat request of a conversation about `task` after `turns` rounds of a call and its
+    result; `trial` names the calls (two runs of one task differ by their call ids)."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a retail agent."},
+        {"role": "user", "content": task},
+    ]
+    for i in range(turns):
+        call = {"id": f"{trial}call_{i}", "type": "function",
+                "function": {"name": "get_order", "arguments": "{}"}}  # fmt: skip
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": f"result {i}"},
+        ]
+    return {"model": "m", "messages": messages}
+
+
+async def session_of(
+    store: SessionStore, body: dict[str, Any], clock: FakeClock, owner: str | None = None
+) -> str:
+    """The session a request without a session header gets, as the pipeline finds it."""
+    hints = message_hints(body, history)
+    tracking = SessionTracking.HISTORY
+    return await unnamed_session(store, body, hints, owner=owner, tracking=tracking, now=clock())
 
 
 class StoreConformance:
@@ -447,3 +476,108 @@ class StoreConformance:
         assert got is not None
         assert (got.errors, got.requests, got.channels) == (20, 50, {"tool_error": 20})
         assert max(r.errors for r, _ in results) == 20
+
+    # --- conversations by history (proxy.session.history) ---------------------------------------
+
+    async def test_a_conversation_keeps_its_session_while_its_history_grows(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        first = await session_of(store, conversation("return", 0), clock)
+        assert first.startswith("conv-")
+        for turns in (1, 2, 3):
+            clock.advance(1)
+            assert await session_of(store, conversation("return", turns), clock) == first
+
+    async def test_a_retry_of_any_turn_stays_in_its_conversation(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        first = await session_of(store, conversation("return", 0), clock)
+        assert await session_of(store, conversation("return", 0), clock) == first
+        assert await session_of(store, conversation("return", 1), clock) == first
+        assert await session_of(store, conversation("return", 1), clock) == first
+        assert await session_of(store, conversation("return", 2), clock) == first
+
+    async def test_the_same_opening_after_the_first_moved_on_is_a_new_conversation(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        first = await session_of(store, conversation("return", 0), clock)
+        await session_of(store, conversation("return", 1), clock)
+        second = await session_of(store, conversation("return", 0), clock)
+        assert second != first
+        assert await session_of(store, conversation("return", 1, trial="b"), clock) == second
+        assert await session_of(store, conversation("return", 2), clock) == first
+
+    async def test_a_shorter_or_diverging_history_starts_a_new_session(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        first = await session_of(store, conversation("return", 0), clock)
+        await session_of(store, conversation("return", 1), clock)
+        await session_of(store, conversation("return", 2), clock)
+        shorter = await session_of(store, conversation("return", 1), clock)
+        assert shorter != first
+        rewritten = conversation("return", 3)
+        rewritten["messages"][1]["content"] = "exchange"  # the opening rewritten
+        assert await session_of(store, rewritten, clock) not in (first, shorter)
+        assert await session_of(store, conversation("return", 3), clock) == first
+
+    async def test_two_identical_conversations_become_two_sessions_once_they_differ(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        a0 = await session_of(store, conversation("return", 0), clock)
+        b0 = await session_of(store, conversation("return", 0), clock)
+        assert a0 == b0  # identical so far: they cannot be told apart
+        a1 = await session_of(store, conversation("return", 1, trial="a"), clock)
+        b1 = await session_of(store, conversation("return", 1, trial="b"), clock)
+        assert a1 == a0
+        assert b1 != a1
+        for turns in (2, 3):  # interleaved, each stays in its own
+            assert await session_of(store, conversation("return", turns, trial="a"), clock) == a1
+            assert await session_of(store, conversation("return", turns, trial="b"), clock) == b1
+
+    async def test_concurrent_continuations_of_two_identical_conversations_get_two_sessions(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        opened = await asyncio.gather(
+            *(session_of(store, conversation("return", 0), clock) for _ in range(2))
+        )
+        assert opened[0] == opened[1]
+        got = await asyncio.gather(
+            session_of(store, conversation("return", 1, trial="x"), clock),
+            session_of(store, conversation("return", 1, trial="y"), clock),
+        )
+        assert len(set(got)) == 2
+        assert opened[0] in got
+
+    async def test_a_conversation_idle_for_a_ttl_is_forgotten(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        first = await session_of(store, conversation("return", 0), clock)
+        clock.advance(TTL - 1)
+        assert await session_of(store, conversation("return", 1), clock) == first
+        clock.advance(TTL)
+        assert await session_of(store, conversation("return", 2), clock) != first
+
+    async def test_a_conversation_is_never_joined_from_another_client_key(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        mine = await session_of(store, conversation("return", 0), clock, owner="key-1")
+        assert mine.startswith(scoped("key-1", "conv-"))
+        theirs = await session_of(store, conversation("return", 1), clock, owner="key-2")
+        assert theirs.startswith(scoped("key-2", "conv-"))
+        assert await session_of(store, conversation("return", 1), clock, owner="key-1") == mine
+        assert await session_of(store, conversation("return", 0), clock) != mine
+
+    async def test_a_history_remembers_its_newest_conversations_only(
+        self, store: SessionStore, clock: FakeClock
+    ) -> None:
+        count = MAX_PER_TIP + 2
+        opened = []
+        for i in range(count):  # identical conversations, each opened once the last moved on
+            opened.append(await store.track_conversation(History("t0", ()), f"s{i}", now=clock()))
+            await store.track_conversation(History("t1", ("t0",)), "unused", now=clock())
+        assert opened == [f"s{i}" for i in range(count)]
+        continued = [
+            await store.track_conversation(History(f"t2-{i}", ("t1",)), f"n{i}", now=clock())
+            for i in range(count)
+        ]
+        assert continued == [*opened[2:], f"n{count - 2}", f"n{count - 1}"]

@@ -17,6 +17,7 @@ from proxy.session.budget import (
     fingerprint,
     fingerprint_of,
     message_hints,
+    named_session,
     owned,
     resolve_session,
     resolve_session_id,
@@ -345,3 +346,12 @@ def test_two_keys_never_share_a_stored_session(
     assert owned(key_a, scoped(key_a, session_a)) == session_a
     if key_a != key_b:
         assert owned(key_b, scoped(key_a, session_a)) is None
+
+
+def test_named_session_is_none_only_where_resolution_falls_back_to_the_opening() -> None:
+    body = make_body()
+    assert named_session({}, message_hints(body)) is None
+    assert resolve_session({}, message_hints(body)) == fingerprint(body)
+    assert named_session({}, message_hints(make_body(user="u-1")), owner="k") == "k:u-1"
+    assert named_session({"x-session-id": "s"}, message_hints(body)) == "s"
+    assert named_session({}, message_hints(body), chained="k:s", owner="k") == "k:s"

@@ -11,6 +11,7 @@ import pytest
 
 from proxy.errors import ConfigError
 from proxy.session import open_store
+from proxy.session.history import History
 from proxy.session.redis_store import RedisStore
 from proxy.session.sqlite_store import SqliteStore
 from proxy.session.stores import MemoryStore, SessionStore
@@ -302,3 +303,50 @@ async def test_two_redis_stores_on_one_database_share_counts_and_claims(redis_ur
     finally:
         await first.close()
         await second.close()
+
+
+def history_of(name: str, *prefixes: str) -> History:
+    return History(name, prefixes)
+
+
+async def test_memory_store_remembers_a_bounded_number_of_histories() -> None:
+    store = MemoryStore(ttl_seconds=100, clock=FakeClock(T0), max_sessions=2)
+    a = await store.track_conversation(history_of("a"), "s-a", now=T0)
+    await store.track_conversation(history_of("b"), "s-b", now=T0 + 1)
+    await store.track_conversation(history_of("c"), "s-c", now=T0 + 2)  # "a" is forgotten
+    assert await store.track_conversation(history_of("a2", "a"), "new", now=T0 + 3) == "new"
+    assert a == "s-a"
+    # And a history idle for a TTL leaves at the next write.
+    await store.track_conversation(history_of("d"), "s-d", now=T0 + 200)
+    assert await store.track_conversation(history_of("c2", "c"), "fresh", now=T0 + 200) == "fresh"
+
+
+async def test_sqlite_store_deletes_expired_histories_from_the_file(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "sessions.db"
+    store = SqliteStore(path, ttl_seconds=100, clock=FakeClock(T0))
+    try:
+        await store.track_conversation(history_of("old"), "s-old", now=T0)
+        await store.track_conversation(history_of("new"), "s-new", now=T0 + 150)
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT digest FROM conversations").fetchall() == [("new",)]
+
+
+@pytest.mark.redis
+async def test_redis_histories_carry_the_session_ttl(redis_url: str) -> None:
+    import redis.asyncio
+
+    store = RedisStore(redis_url, ttl_seconds=100, clock=FakeClock(T0))
+    raw = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        await store.track_conversation(history_of("t1"), "s1", now=T0)
+        assert 0 < await raw.pttl("toolsentry:conversation:t1") <= 100_000
+        assert await store.track_conversation(history_of("t2", "t1"), "s2", now=T0 + 1) == "s1"
+        assert await raw.exists("toolsentry:conversation:t1") == 0  # emptied, so gone
+        assert 0 < await raw.pttl("toolsentry:conversation:t2") <= 100_000
+    finally:
+        await raw.aclose()
+        await store.close()

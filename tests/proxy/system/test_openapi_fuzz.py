@@ -39,9 +39,9 @@ def serving(**keys: Any) -> Iterator[str]:
     # One protocol-neutral answer, written in the protocol of whichever route it is asked on.
     script = ScriptedUpstream(replies=[answer(None, call("get_order", {}))])
     with LoopbackServer(script.app) as upstream:
-        # Generated requests carry no session header, so many of them share one fingerprinted
-        # session; the scripted call is unknown to most of them, so with the default budget the
-        # session is spent after ten and every later turn is a 429. The budget is not what this
+        # Generated requests carry no session header, so the many that repeat one history share
+        # its session; the scripted call is unknown to most of them, so with the default budget
+        # such a session is spent after ten and every later turn is a 429. The budget is not what this
         # test is about: room for every example keeps the turn routes answering.
         config = Settings(
             upstreams=[{"name": "scripted", "base_url": f"{upstream.url}/v1"}],

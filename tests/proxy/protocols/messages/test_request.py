@@ -6,6 +6,7 @@ import pytest
 
 from proxy.guard.toolcheck import validate
 from proxy.protocols.messages.reply import THINKING_KEY
+from proxy.protocols.messages.request import history
 from proxy.session.budget import content_text, fingerprint_of, resolve_session
 from tests.proxy.protocols.messages.test_adapter import BODY, PROTOCOL, TOOLS, guard_call
 
@@ -106,3 +107,44 @@ def test_a_reask_continues_with_the_answer_and_error_tool_results_in_messages_fo
     (note,) = request["messages"][len(BODY["messages"]) :]  # nothing to repeat, a user note
     assert note["role"] == "user"
     assert note["content"][0]["type"] == "text"
+
+
+def test_the_history_of_a_messages_request_is_extended_by_its_next_turn() -> None:
+    system = [
+        {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}
+    ]
+    opening = {
+        "model": "m",
+        "system": system,
+        "messages": [{"role": "user", "content": "List files."}],
+    }
+    answer = {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "hmm", "signature": "s"},
+            {"type": "text", "text": "Listing."},
+            {"type": "tool_use", "id": "tu1", "name": "Bash", "input": {"command": "ls"}},
+        ],
+    }
+    results = {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "tu1", "content": "Error: denied", "is_error": True},
+        {"type": "text", "text": "Go on."},
+    ]}  # fmt: skip
+    first = history(opening)
+    second = history({**opening, "messages": [*opening["messages"], answer, results]})
+    assert second.prefixes == (first.tip,)
+    # The cache mark moved, the thinking dropped, the strings as blocks: the same history.
+    resent = {
+        "model": "m",
+        "system": "You are Claude Code.",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "List files.",
+                                          "cache_control": {"type": "ephemeral"}}]},
+            {"role": "assistant", "content": answer["content"][1:]},
+            results,
+        ],
+    }  # fmt: skip
+    assert history(resent) == second
+    other_input = {**answer, "content": [*answer["content"][:2],
+                   {"type": "tool_use", "id": "tu1", "name": "Bash", "input": {"command": "pwd"}}]}  # fmt: skip
+    assert history({**opening, "messages": [*opening["messages"], other_input, results]}) != second
