@@ -27,7 +27,7 @@ from proxy.pipeline.turn import Exchange, Turn
 from proxy.protocols.base import TurnView, WireProtocol
 from proxy.protocols.constrain import FOR_API, Constrain
 from proxy.session.budget import ErrorBudget, ExhaustionPolicy, SessionHints, named_session
-from proxy.session.stores import SessionStore, SessionUpdate
+from proxy.session.stores import SessionRecord, SessionStore, SessionUpdate
 from proxy.session.tracking import unnamed_session
 from proxy.shadow import Shadow
 from proxy.tracing import Tracing
@@ -122,22 +122,7 @@ class Pipeline:
         if session is None:
             session = await self._unnamed_session(body, view.hints, exchange.key)
         budget, repair = self._overrides(headers)
-        # One atomic step, one round trip: the tool errors' ids claimed, the fresh ones counted.
-        claimed = self._tool_error_ids(view, headers, protocol.api)
-        if claimed:
-            update = SessionUpdate(
-                budget.max_errors,
-                requests=1,
-                claims=claimed,
-                claimed_channel=Channel.TOOL_ERROR.value,
-            )
-            record, fresh = await self.store.apply(session, update, now=time.time())
-            tool_errors = len(fresh)
-        else:  # nothing to claim: the request counted, as `apply` would, without building one
-            record = await self.store.record(
-                session, max_errors=budget.max_errors, requests=1, now=time.time()
-            )
-            tool_errors = 0
+        record, tool_errors = await self._count_request(session, budget, view, headers, protocol)
         if tool_errors:
             self.metrics.violations.labels(model, Channel.TOOL_ERROR.value, protocol.api).inc(
                 tool_errors
@@ -236,6 +221,32 @@ class Pipeline:
         return await unnamed_session(
             self.store, body, hints, owner=owner, tracking=tracking, now=time.time()
         )
+
+    async def _count_request(
+        self,
+        session: str,
+        budget: ErrorBudget,
+        view: TurnView,
+        headers: Mapping[str, str],
+        protocol: WireProtocol,
+    ) -> tuple[SessionRecord, int]:
+        """Count the request in its session, in one atomic step (one round trip): the tool
+        errors it reports claimed by their call ids, the fresh ones counted. Returns the record
+        after it and how many tool errors were fresh."""
+        claimed = self._tool_error_ids(view, headers, protocol.api)
+        if not claimed:  # the common request: counted as `apply` would, without building one
+            record = await self.store.record(
+                session, max_errors=budget.max_errors, requests=1, now=time.time()
+            )
+            return record, 0
+        update = SessionUpdate(
+            budget.max_errors,
+            requests=1,
+            claims=claimed,
+            claimed_channel=Channel.TOOL_ERROR.value,
+        )
+        record, fresh = await self.store.apply(session, update, now=time.time())
+        return record, len(fresh)
 
     def _tool_error_ids(self, view: TurnView, headers: Mapping[str, str], api: str) -> list[str]:
         """The call ids of the tool results this request reports as failed, in order, once each."""
