@@ -79,25 +79,29 @@ def canonical_json(value: object) -> str:
 
 def digest_history(model: object, items: Iterable[Item]) -> History:
     """The `History` of a request for `model` whose history is `items`, in one pass: a hash
-    chained over the items, copied where an assistant turn starts (an `ASSISTANT` item after
-    one that is not). Every item is encoded as JSON, one a line, so no two histories hash alike
-    by running into each other."""
-    listed = [_encoded(item) for item in items]
+    chained over the history a segment at a time, each segment the items from one assistant
+    turn's start (an `ASSISTANT` item after one that is not) to the next, encoded as one JSON
+    array, so no two histories hash alike by running into each other; the chain is copied at
+    each of the last `MAX_PREFIXES` starts. A segment ends at every start, whether its digest
+    is kept or not, so a history hashes alike as a tip and as the prefix of a longer one."""
+    listed = items if isinstance(items, list) else list(items)
     starts = [
         i
-        for i, (item, _) in enumerate(listed)
-        if item[0] == ASSISTANT and (i == 0 or listed[i - 1][0][0] != ASSISTANT)
-    ][-MAX_PREFIXES:]
-    chain = hashlib.sha256(_encoded((model if isinstance(model, str) else "",))[1])
+        for i, item in enumerate(listed)
+        if item[0] == ASSISTANT and (i == 0 or listed[i - 1][0] != ASSISTANT)
+    ]
+    kept = len(starts) - MAX_PREFIXES  # the starts before this one keep no digest
+    chain = hashlib.sha256(_encoded([model if isinstance(model, str) else ""]))
     prefixes: list[str] = []
-    start = 0
-    for end in starts:
-        for _, data in listed[start:end]:
-            chain.update(data)
-        prefixes.append(chain.copy().hexdigest()[:_DIGEST_HEX])
-        start = end
-    for _, data in listed[start:]:
-        chain.update(data)
+    begin = 0
+    for n, end in enumerate(starts):
+        if end > begin:
+            chain.update(_encoded(listed[begin:end]))
+        if n >= kept:
+            prefixes.append(chain.copy().hexdigest()[:_DIGEST_HEX])
+        begin = end
+    if begin < len(listed):
+        chain.update(_encoded(listed[begin:]))
     prefixes.reverse()
     return History(chain.hexdigest()[:_DIGEST_HEX], tuple(prefixes))
 
@@ -105,12 +109,11 @@ def digest_history(model: object, items: Iterable[Item]) -> History:
 _DIGEST_HEX: Final = 32  # 128 bits: no two histories meet by chance
 
 
-def _encoded(item: Item) -> tuple[Item, bytes]:
+def _encoded(segment: Sequence[Any]) -> bytes:
     try:
-        data = orjson.dumps(item)
+        return orjson.dumps(segment)
     except TypeError:  # a lone surrogate in a text: Python's encoder escapes it
-        data = json.dumps(item, default=str).encode()
-    return item, data + b"\n"
+        return json.dumps(segment, default=str).encode()
 
 
 def follow(
