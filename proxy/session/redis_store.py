@@ -169,7 +169,8 @@ end
 
 local channels = {}
 for field, value in pairs(h) do
-  if string.sub(field, 1, 2) == 'c:' and value ~= '0' then
+  local c, colon = string.byte(field, 1, 2)  -- 'c:', without making a string of it
+  if c == 99 and colon == 58 and value ~= '0' then
     channels[#channels + 1] = string.sub(field, 3)
     channels[#channels + 1] = tonumber(value)
   end
