@@ -103,7 +103,8 @@ class StaleConnection(Exception):
 class Connections:
     """One connection to the Redis of `url`, made on first use and shared by every call: the
     commands of all calls made in one turn of the event loop go out in one write, and their
-    replies come back in order, read by one task (auto-pipelining). A call waits up to
+    replies come back in order, each handed to its call as it is read (auto-pipelining; see
+    `Pipe`). A call waits up to
     `timeout_s` for its reply; past it the connection is closed (a reply may still be due on
     it), the call and those waiting with it fail, and the next call opens a new one. Failures
     are redis-py's errors (RedisError subclasses: ConnectionError, TimeoutError, ResponseError).
@@ -112,7 +113,8 @@ class Connections:
     both sides instead of one per request (bench.hotpath --stores --concurrency 16).
 
     Raises:
-        ConfigError: the URL cannot be parsed, or the `redis` package is not installed.
+        ConfigError: the URL cannot be parsed, or the `redis` or `hiredis` package is not
+            installed.
     """
 
     def __init__(self, url: str, timeout_s: float) -> None:

@@ -242,7 +242,8 @@ class RedisStore:
     first use; a store that cannot be reached then raises `SessionStoreError`.
 
     Raises:
-        ConfigError: the URL cannot be parsed, or the `redis` package is not installed.
+        ConfigError: the URL cannot be parsed, or the `redis` or `hiredis` package is not
+            installed.
     """
 
     def __init__(
