@@ -265,7 +265,8 @@ class Pipe(asyncio.Protocol):
         connection = self.connection
         try:
             await connection.connect()  # type: ignore[no-untyped-call]
-            # The stream redis-py made the connection with: its transport, and no reply is
+            # The stream redis-py made the connection with (a private attribute of its asyncio
+            # connection; every Redis test goes through it): its transport, and no reply is
             # due on it (the handshake's have been read).
             transport: asyncio.WriteTransport = connection._writer.transport  # type: ignore[union-attr]
             encoder = connection.encoder
