@@ -177,8 +177,10 @@ async def side_by_side(
         sent[name] = monitored[0] / 50
     samples: dict[str, list[float]] = {name: [] for name in drivers}
     redis_spent: dict[str, list[RedisStats]] = {name: [] for name in on_redis}
-    for _ in range(repeat):
-        for name, driver in drivers.items():
+    order = list(drivers.items())
+    for round_ in range(repeat):
+        # Every other round the other way round: no driver always runs after the same one.
+        for name, driver in order if round_ % 2 == 0 else order[::-1]:
             before = server.stats()
             start = time.process_time_ns()
             await requests(driver, loops)
