@@ -6,7 +6,8 @@ The last figure is a whole chat request through the proxy's ASGI app, from the s
 body message, with the upstream stubbed in-process (no sockets, no HTTP server): everything the
 proxy's own code costs per request.
 
-    python -m bench.hotpath [--repeat 15] [--only-app | --only-leaks | --stores]
+    python -m bench.hotpath [--repeat 15] [--only-app | --only-leaks | --stores
+                            [--concurrency N] [--redis-before COMMIT]]
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from fastapi import FastAPI
 from bench.bodies import request_body
 from bench.drivers import AsgiDriver
 from bench.fake_upstream import completion
+from bench.processes import ROOT
 from bench.redisserver import RedisServer, RedisStats, redis_server
 from proxy.config import Settings
 from proxy.guard import toolcheck
@@ -77,14 +79,30 @@ def app_request_us(raw: bytes, loops: int, repeat: int) -> tuple[float, float]:
     return result
 
 
-def stubbed_app(store: str = "memory") -> Any:
-    """create_app's ASGI app over the in-process stub upstream, with the session store `store`."""
+def stubbed_app(store: str = "memory", *, session_store: Any = None) -> Any:
+    """create_app's ASGI app over the in-process stub upstream, with the session store `store`
+    (or the store object `session_store`)."""
     from proxy.app import create_app
 
     return create_app(
         Settings(upstreams=[{"name": "stub", "base_url": "http://stub/v1"}], store=store),
+        store=session_store,
         upstreams=[StubUpstream()],  # type: ignore[list-item]
     )
+
+
+def awaiting_memory_store() -> Any:
+    """The memory store, each write first waiting one turn of the event loop: the least any
+    store that answers over a socket costs a request here (its task suspended and resumed, the
+    other requests in flight run meanwhile), without the socket, the encoding or the parsing."""
+    from proxy.session.stores import MemoryStore
+
+    class AwaitingMemoryStore(MemoryStore):
+        async def apply(self, session: str, update: Any, *, now: float) -> Any:
+            await asyncio.sleep(0)
+            return await super().apply(session, update, now=now)
+
+    return AwaitingMemoryStore()
 
 
 def with_tool_error(raw: bytes) -> bytes:
@@ -97,16 +115,49 @@ def with_tool_error(raw: bytes) -> bytes:
     return orjson.dumps(body)
 
 
+def redis_store_at(commit: str, url: str) -> Any:
+    """A RedisStore on `url` made by `commit`'s proxy/session/redis_store.py and
+    redis_connections.py, the rest of proxy/ as it is here: the Redis code before and after a
+    change, side by side in one process (a shared machine's load moves two processes' figures
+    apart more than a change to the store does)."""
+    import subprocess
+    import sys
+    import types
+
+    def module(name: str, path: str, replace: tuple[str, str] | None = None) -> Any:
+        source = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{commit}:{path}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        if replace is not None:
+            assert replace[0] in source, f"{path} of {commit} does not import {replace[0]!r}"
+            source = source.replace(*replace)
+        made = sys.modules[name] = types.ModuleType(name)
+        exec(compile(source, f"{commit}:{path}", "exec"), made.__dict__)
+        return made
+
+    connections = f"redis_connections_{commit}"
+    module(connections, "proxy/session/redis_connections.py")
+    store = module(
+        f"redis_store_{commit}",
+        "proxy/session/redis_store.py",
+        ("from proxy.session.redis_connections import", f"from {connections} import"),
+    )
+    return store.RedisStore(url)
+
+
 async def side_by_side(
     server: RedisServer,
     drivers: dict[str, AsgiDriver],
     loops: int,
     repeat: int,
     concurrency: int = 1,
-) -> tuple[dict[str, list[float]], list[RedisStats], float]:
+) -> tuple[dict[str, list[float]], dict[str, list[RedisStats]], dict[str, float]]:
     """CPU µs per request of each driver over `repeat` interleaved rounds of `loops` requests
-    (`concurrency` at a time), what Redis did in each round of the `redis` driver, and the
-    commands it was sent per request."""
+    (`concurrency` at a time), what Redis did in each round of each driver named `redis…`, and
+    the commands each of those sent it per request."""
 
     async def one_by_one(driver: AsgiDriver, n: int) -> None:
         for _ in range(n):
@@ -118,29 +169,39 @@ async def side_by_side(
 
     for driver in drivers.values():
         await requests(driver, 20)  # warm: caches filled, the connection made
-    with server.monitored() as sent:
-        await requests(drivers["redis"], 50)
+    on_redis = [name for name in drivers if name.startswith("redis")]
+    sent: dict[str, float] = {}
+    for name in on_redis:
+        with server.monitored() as monitored:
+            await requests(drivers[name], 50)
+        sent[name] = monitored[0] / 50
     samples: dict[str, list[float]] = {name: [] for name in drivers}
-    redis_spent = []
-    for _ in range(repeat):
-        for name, driver in drivers.items():
+    redis_spent: dict[str, list[RedisStats]] = {name: [] for name in on_redis}
+    order = list(drivers.items())
+    for round_ in range(repeat):
+        # Every other round the other way round: no driver always runs after the same one.
+        for name, driver in order if round_ % 2 == 0 else order[::-1]:
             before = server.stats()
             start = time.process_time_ns()
             await requests(driver, loops)
             samples[name].append((time.process_time_ns() - start) / loops / 1000)
-            if name == "redis":
-                redis_spent.append(server.stats() - before)
+            if name in redis_spent:
+                redis_spent[name].append(server.stats() - before)
     for driver in drivers.values():
         await driver.app.state.store.close()  # type: ignore[attr-defined]
-    return samples, redis_spent, sent[0] / 50
+    return samples, redis_spent, sent
 
 
-def store_rows(raw: bytes, loops: int, repeat: int, concurrency: int = 1) -> None:
+def store_rows(
+    raw: bytes, loops: int, repeat: int, concurrency: int = 1, redis_before: str | None = None
+) -> None:
     """The chat request through the ASGI app on the memory store and on a real `redis-server`
     side by side (their rounds interleaved, so the machine's load falls on both alike), plain
-    and with a tool error in its history; per request: the proxy's CPU µs, the ratio to memory,
-    the commands the proxy sent (MONITOR), the commands Redis ran (scripts' included) and
-    Redis's CPU µs."""
+    and with a tool error in its history, and between them the memory store awaiting once per
+    write (`awaiting_memory_store`: the floor of any remote store in this harness), and with
+    `redis_before` the Redis store of that commit (`redis_store_at`); per request: the proxy's
+    CPU µs, the ratio to memory, the commands the proxy sent (MONITOR), the commands Redis ran
+    (scripts' included) and Redis's CPU µs."""
     import uvloop
 
     with redis_server() as server:
@@ -151,8 +212,16 @@ def store_rows(raw: bytes, loops: int, repeat: int, concurrency: int = 1) -> Non
         for label, body in (("plain", raw), ("tool error", with_tool_error(raw))):
             drivers = {
                 "memory": AsgiDriver(stubbed_app(), body),
-                "redis": AsgiDriver(stubbed_app(server.url), body),
+                "memory, one await": AsgiDriver(
+                    stubbed_app(session_store=awaiting_memory_store()), body
+                ),
             }
+            if redis_before is not None:
+                before = redis_store_at(redis_before, server.url)
+                drivers[f"redis {redis_before}"] = AsgiDriver(
+                    stubbed_app(session_store=before), body
+                )
+            drivers["redis"] = AsgiDriver(stubbed_app(server.url), body)
 
             samples, redis_spent, sent = uvloop.run(
                 side_by_side(server, drivers, loops, repeat, concurrency)
@@ -162,10 +231,11 @@ def store_rows(raw: bytes, loops: int, repeat: int, concurrency: int = 1) -> Non
                 driver.check()
                 low, mid = min(samples[name]), statistics.median(samples[name])
                 extra = ""
-                if name == "redis":
-                    run = statistics.median(s.commands for s in redis_spent) / loops
-                    cpu = statistics.median(s.cpu_seconds for s in redis_spent) / loops * 1e6
-                    extra = f"{sent:>5.1f} {run:>6.1f} {cpu:>9.1f}"
+                if name in redis_spent:
+                    spent = redis_spent[name]
+                    run = statistics.median(s.commands for s in spent) / loops
+                    cpu = statistics.median(s.cpu_seconds for s in spent) / loops * 1e6
+                    extra = f"{sent[name]:>5.1f} {run:>6.1f} {cpu:>9.1f}"
                 print(
                     f"{label + ', ' + name:<40} {low:>8.1f} {mid:>10.1f} {mid / base:>9.2f} {extra}"
                 )
@@ -230,13 +300,19 @@ def main() -> None:
         default=1,
         help="with --stores: requests in flight at once (each round's requests split among them)",
     )
+    parser.add_argument(
+        "--redis-before",
+        metavar="COMMIT",
+        help="with --stores: also the Redis store of COMMIT's proxy/session/redis_*.py, "
+        "its rounds interleaved with the others in the same process",
+    )
     args = parser.parse_args()
     rep = args.repeat
     raw = request_body()
     devnull = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     configure_logging("info", stream=devnull)
     if args.stores:
-        store_rows(raw, 300, rep, args.concurrency)
+        store_rows(raw, 300, rep, args.concurrency, args.redis_before)
         return
     if args.only_app:
         low, mid = app_request_us(raw, 500, rep)

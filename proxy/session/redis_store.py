@@ -60,9 +60,10 @@ local function rank(t) return string.format('%020.6f', t) end
 #       fresh claims count nowhere), then the claimed call ids, the response ids to link, and
 #       channel/count pairs.
 # The store's constants (TTL, TTL_MS, PREFIX, BATCH) are written into the script's text.
-# Returns the fresh claims, the hash as it was (HGETALL's fields and values; none for a session
-# started afresh) and the fields and values written over it: the caller merges the two, so the
-# script does not loop to build its reply.
+# Returns the fresh claims, then the record as written: errors, max_errors, repairs, requests (as
+# integers), created_at, updated_at (as written), and the channels counted (name, count, …).
+# Integers and the channels picked out here cost the proxy less than the hash's fields and
+# values did, to merge and parse itself (bench.hotpath --stores).
 #
 # Commands, for a session that exists: HGETALL, one HSET, ZADD recent, PEXPIRE; the failing
 # index only when the session has errors (it holds no session without), the claims set only
@@ -170,7 +171,16 @@ for i = 11 + nclaims, 10 + nclaims + nlinks do
   redis.call('SET', PREFIX .. 'response:' .. ARGV[i], now_s .. '|' .. session, 'PX', TTL_MS)
 end
 
-return {fresh, flat, set}
+local channels = {}
+for field, value in pairs(h) do
+  local c, colon = string.byte(field, 1, 2)  -- 'c:', without making a string of it
+  if c == 99 and colon == 58 and value ~= '0' then
+    channels[#channels + 1] = string.sub(field, 3)
+    channels[#channels + 1] = tonumber(value)
+  end
+end
+return {fresh, errors, tonumber(h.max_errors), tonumber(h.repairs), tonumber(h.requests),
+        h.created_at, h.updated_at, channels}
 """
 
 # KEYS: the session's claims. ARGV: now, cutoff (now - ttl), ttl_ms, then the call ids.
@@ -236,7 +246,8 @@ class RedisStore:
     first use; a store that cannot be reached then raises `SessionStoreError`.
 
     Raises:
-        ConfigError: the URL cannot be parsed, or the `redis` package is not installed.
+        ConfigError: the URL cannot be parsed, or the `redis` or `hiredis` package is not
+            installed.
     """
 
     def __init__(
@@ -296,9 +307,11 @@ class RedisStore:
         if purge:
             self._purged_at = now
         claims, links = update.claims, update.responses
+        now = float(now)
+        now_s = repr(now)
         args = [
             session,
-            repr(float(now)),
+            now_s,
             str(update.max_errors),
             str(update.errors),
             str(update.repairs),
@@ -319,9 +332,13 @@ class RedisStore:
             self._recent,
             self._failing,
         )
-        with self._translated:
+        # A bare try rather than `with self._translated`: free on 3.11, where the context
+        # costs two calls a request.
+        try:
             reply = await self._connections.run(self._apply_script, keys, args)
-        return _applied(session, reply)
+        except self._translated.errors as exc:
+            raise self._translated.failure(exc) from exc
+        return _applied(session, reply, now_s, now)
 
     async def claim_call_ids(
         self, session: str, call_ids: Sequence[str], *, now: float
@@ -481,30 +498,45 @@ class _Translated:
     """A context that turns the Redis client's errors into SessionStoreError (a class, not a
     generator: it is entered on every call)."""
 
-    __slots__ = ("_errors", "_url")
+    __slots__ = ("_url", "errors")
 
     def __init__(self, url: str, errors: type[Exception]) -> None:
         self._url = url
-        self._errors = errors
+        self.errors = errors
+        """What is translated: the client's root error."""
+
+    def failure(self, exc: Exception) -> SessionStoreError:
+        """The SessionStoreError that `exc`, one of `errors`, becomes."""
+        return SessionStoreError(
+            f"session store {self._url} failed: {exc.__class__.__name__}: {exc}"
+        )
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
-        if exc is not None and isinstance(exc, self._errors):
-            raise SessionStoreError(
-                f"session store {self._url} failed: {exc.__class__.__name__}: {exc}"
-            ) from exc
+        if exc is not None and isinstance(exc, self.errors):
+            raise self.failure(exc) from exc
 
 
-def _applied(session: str, reply: Sequence[Any]) -> Applied:
-    """The record and fresh claims of the apply script's reply (see `_APPLY_LUA`)."""
-    fresh, before, written = reply
-    fields = _pairs(before)
-    fields.update(_pairs(written))
-    record = _record_from_hash(session, fields)
-    assert record is not None  # the script has just written it
-    return Applied(record, [str(call_id) for call_id in fresh])
+def _applied(session: str, reply: Sequence[Any], now_s: str, now: float) -> Applied:
+    """The record and fresh claims of the apply script's reply (see `_APPLY_LUA`) to a write
+    at `now` (`now_s`: its repr, as sent); texts decoded, a script's tables arrays, whatever
+    the protocol."""
+    fresh, errors, max_errors, repairs, requests, created_at, updated_at, channels = reply
+    # A time the script wrote is `now_s`, whose value is `now`: not parsed again (a float's
+    # full repr takes strtod's slow, exact path; 3,000 instructions a request, callgrind).
+    record = SessionRecord(
+        session,
+        errors,
+        max_errors,
+        repairs,
+        dict(zip(channels[::2], channels[1::2], strict=True)),
+        requests,
+        now if created_at == now_s else float(created_at),
+        now if updated_at == now_s else float(updated_at),
+    )
+    return Applied(record, fresh)
 
 
 def _pairs(reply: Any) -> dict[str, str]:

@@ -43,6 +43,15 @@ def test_pack_writes_what_redis_py_writes(given_parts: list[str | bytes]) -> Non
     assert pack(given_parts) == b"".join(Connection().pack_command(*given_parts))
 
 
+def test_a_part_longer_than_the_table_of_bulk_heads_packs_as_redis_py_packs_it() -> None:
+    parts = ["EVALSHA", "x" * 1023, "y" * 1024, "z" * 5000]
+    assert pack(parts) == b"".join(Connection().pack_command(*parts))
+    script = Script("return 1")
+    assert script.packed(parts[1:2], parts[2:]) == pack(
+        ("EVALSHA", script.sha, "1", *parts[1:2], *parts[2:])
+    )
+
+
 @given(st.lists(st.one_of(st.text(), st.text(alphabet="abc:{}|0123456789 .-")), max_size=10))
 def test_the_ascii_fast_path_packs_as_part_by_part_packing(texts: list[str]) -> None:
     assert pack(["GET", *texts]) == pack_bytes(["GET", *texts])
