@@ -260,7 +260,7 @@ class Pipe(asyncio.Protocol):
         queued."""
         import hiredis
         from redis._parsers.base import BaseParser
-        from redis.exceptions import InvalidResponse
+        from redis.exceptions import ConnectionError, InvalidResponse
 
         connection = self.connection
         try:
@@ -268,7 +268,14 @@ class Pipe(asyncio.Protocol):
             # The stream redis-py made the connection with (a private attribute of its asyncio
             # connection; every Redis test goes through it): its transport, and no reply is
             # due on it (the handshake's have been read).
-            transport: asyncio.WriteTransport = connection._writer.transport  # type: ignore[union-attr]
+            writer = getattr(connection, "_writer", None)
+            if writer is None:  # a redis-py that no longer keeps it: said, not an AttributeError
+                raise ConnectionError(
+                    f"redis {redis_version()} keeps no stream on its asyncio connection "
+                    "(Connection._writer), which the session store takes over; install a "
+                    "redis release that does (redis 8.2 does)"
+                )
+            transport: asyncio.WriteTransport = writer.transport
             encoder = connection.encoder
             self._parser = hiredis.Reader(
                 protocolError=InvalidResponse,
@@ -405,3 +412,13 @@ class Pipe(asyncio.Protocol):
 
 _NOT_ENOUGH_DATA = object()
 """What hiredis's reader gives while a reply is incomplete (False and None are replies)."""
+
+
+def redis_version() -> str:
+    """The installed redis-py's version, for an error message."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("redis")
+    except PackageNotFoundError:
+        return "(version unknown)"

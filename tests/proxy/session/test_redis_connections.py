@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from redis.asyncio.connection import Connection
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -172,3 +173,18 @@ async def test_a_cancelled_call_among_concurrent_ones_leaves_the_others_their_re
     slow.cancel()
     assert await asyncio.gather(*others) == [str(i) for i in range(5)]
     assert await connections.call(command("ECHO", "after")) == "after"
+
+
+@pytest.mark.redis
+async def test_a_redis_py_without_the_connections_stream_is_said_not_an_attribute_error(
+    connect: Callable[..., Connections], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pipe takes over the stream redis-py's connection keeps in a private attribute; a
+    redis-py that keeps none fails the call with a redis ConnectionError that says so."""
+
+    async def connected_without_a_stream(self: Connection) -> None:
+        return None  # `_writer` stays None, as a redis-py that keeps no such stream leaves it
+
+    monkeypatch.setattr(Connection, "connect", connected_without_a_stream)
+    with pytest.raises(RedisConnectionError, match=r"Connection\._writer"):
+        await connect().call(command("GET", "k"))
