@@ -17,10 +17,11 @@ upstream's processes, redis-server) and wrk's own rusage, before and after each 
 commands per request from `INFO commandstats` (the commands the store's Lua scripts run
 included); the commands the proxy itself sends (round trips) from `MONITOR` over
 `--monitor-requests` requests one at a time after the rounds. Count check (toolsentry): every
-request of the run falls in one session (they share their first messages), so after each round
-the session's request count (`GET /v1/sessions/{id}`) must have grown exactly as the proxy's
-`toolsentry_requests_total` did, by at least wrk's answered requests and at most those plus the
-connections still in flight when wrk stopped.
+request of the run falls in one session (the body names it in `metadata.session_id`, so the
+store does its per-request work without the conversation lookup of a request that names none),
+so after each round the session's request count (`GET /v1/sessions/{id}`) must have grown
+exactly as the proxy's `toolsentry_requests_total` did, by at least wrk's answered requests and
+at most those plus the connections still in flight when wrk stopped.
 
 Open loop (bench/openloop.py, timed from each request's scheduled send): toolsentry on Redis at
 the largest worker count (and at 4 workers where there are more), at `--rates` requests a
