@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from proxy.errors import ConfigError
-from proxy.session import sqlite_conversations
 from proxy.session.history import History
+from proxy.session.sqlite_conversations import SCHEMA as CONVERSATIONS_SCHEMA
+from proxy.session.sqlite_conversations import track_conversation as track_in_db
 from proxy.session.stores import (
     DEFAULT_TTL_SECONDS,
     NO_CHANNELS,
@@ -221,9 +222,7 @@ class SqliteStore:
 
     def _track(self, history: History, new_session: str, now: float) -> str:
         with _transaction(self._db):
-            return sqlite_conversations.track_conversation(
-                self._db, history, new_session, now=now, ttl=self._ttl
-            )
+            return track_in_db(self._db, history, new_session, now=now, ttl=self._ttl)
 
     def _apply(self, session: str, update: SessionUpdate, now: float) -> Applied:
         # One transaction for the phase: its claims, its counts and its links commit together.
@@ -406,7 +405,7 @@ def _enable_wal(db: sqlite3.Connection, *, deadline: float) -> None:
 
 def _create_schema(db: sqlite3.Connection) -> None:
     # executescript() would commit the open transaction; run the statements one by one instead.
-    for statement in (_SCHEMA + sqlite_conversations.SCHEMA).split(";"):
+    for statement in (_SCHEMA + CONVERSATIONS_SCHEMA).split(";"):
         if statement.strip():
             db.execute(statement)
 
