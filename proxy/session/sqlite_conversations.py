@@ -25,9 +25,9 @@ CREATE INDEX IF NOT EXISTS conversations_by_time ON conversations (touched_at);
 def track_conversation(
     db: sqlite3.Connection, history: History, new_session: str, *, now: float, ttl: float
 ) -> str:
-    """`follow` over the rows of `history`'s digests, the rows it changed written back, expired
-    rows deleted; the session. Runs inside the caller's `BEGIN IMMEDIATE` transaction, so
-    processes sharing the file take their turns."""
+    """`follow` over the rows of `history`'s digests, the rows it changed written back; the
+    session. Runs inside the caller's `BEGIN IMMEDIATE` transaction, so processes sharing the
+    file take their turns. Expired rows are left to `purge` (`follow` skips them)."""
     digests = [history.tip, *history.prefixes]
     marks = ", ".join("?" * len(digests))
     rows = db.execute(
@@ -38,7 +38,6 @@ def track_conversation(
         for digest, sessions in rows
     }
     session, writes = follow(lists, history, new_session, now=now, ttl=ttl)
-    db.execute("DELETE FROM conversations WHERE touched_at <= ?", (now - ttl,))
     db.executemany(
         "DELETE FROM conversations WHERE digest = ?",
         [(digest,) for digest, entries in writes.items() if not entries],
@@ -53,3 +52,8 @@ def track_conversation(
         ],
     )
     return session
+
+
+def purge(db: sqlite3.Connection, cutoff: float) -> None:
+    """Delete the rows whose newest conversation was put there at `cutoff` or before."""
+    db.execute("DELETE FROM conversations WHERE touched_at <= ?", (cutoff,))

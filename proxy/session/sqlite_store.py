@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from proxy.errors import ConfigError
 from proxy.session.history import History
 from proxy.session.sqlite_conversations import SCHEMA as CONVERSATIONS_SCHEMA
+from proxy.session.sqlite_conversations import purge as purge_conversations
 from proxy.session.sqlite_conversations import track_conversation as track_in_db
 from proxy.session.stores import (
     DEFAULT_TTL_SECONDS,
@@ -222,7 +223,9 @@ class SqliteStore:
 
     def _track(self, history: History, new_session: str, now: float) -> str:
         with _transaction(self._db):
-            return track_in_db(self._db, history, new_session, now=now, ttl=self._ttl)
+            session = track_in_db(self._db, history, new_session, now=now, ttl=self._ttl)
+            self._purge(now)
+            return session
 
     def _apply(self, session: str, update: SessionUpdate, now: float) -> Applied:
         # One transaction for the phase: its claims, its counts and its links commit together.
@@ -381,6 +384,7 @@ class SqliteStore:
         self._db.execute("DELETE FROM sessions WHERE updated_at <= ?", (cutoff,))
         self._db.execute("DELETE FROM channels WHERE session NOT IN (SELECT session FROM sessions)")
         self._db.execute("DELETE FROM claimed_calls WHERE claimed_at <= ?", (cutoff,))
+        purge_conversations(self._db, cutoff)
 
     async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
         loop = asyncio.get_running_loop()
