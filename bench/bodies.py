@@ -365,6 +365,16 @@ def _claude_code_chat() -> dict[str, Any]:
     }  # fmt: skip
 
 
+def named_body(body: bytes, session: str) -> bytes:
+    """`body` naming its session in `metadata.session_id`, as a client that keeps one sends it
+    (every load generator passes the body on unchanged): its requests are one session and the
+    store does its per-request work, without the conversation lookup of a request that names
+    none (README, "A request that names no session")."""
+    parsed = orjson.loads(body)
+    parsed["metadata"] = {**parsed.get("metadata", {}), "session_id": session}
+    return orjson.dumps(parsed)
+
+
 def request_body(stream: bool = False, api: str = "chat", size: str = "small") -> bytes:
     """The benchmark's request in `api` (chat, responses, messages) at `size` (small, large)."""
     if size == "large":

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 from fastapi import FastAPI
 
-from bench.bodies import request_body
+from bench.bodies import named_body, request_body
 from bench.drivers import AsgiDriver
 from bench.fake_upstream import completion
 from bench.processes import ROOT
@@ -98,6 +98,10 @@ def awaiting_memory_store() -> Any:
     from proxy.session.stores import MemoryStore
 
     class AwaitingMemoryStore(MemoryStore):
+        async def record(self, session: str, **counts: Any) -> Any:
+            await asyncio.sleep(0)
+            return await super().record(session, **counts)
+
         async def apply(self, session: str, update: Any, *, now: float) -> Any:
             await asyncio.sleep(0)
             return await super().apply(session, update, now=now)
@@ -201,8 +205,12 @@ def store_rows(
     write (`awaiting_memory_store`: the floor of any remote store in this harness), and with
     `redis_before` the Redis store of that commit (`redis_store_at`); per request: the proxy's
     CPU µs, the ratio to memory, the commands the proxy sent (MONITOR), the commands Redis ran
-    (scripts' included) and Redis's CPU µs."""
+    (scripts' included) and Redis's CPU µs. The body names its session, so each store does its
+    per-request work (the gate, the counts) without a conversation lookup (and a commit's store
+    from before that lookup serves it too)."""
     import uvloop
+
+    raw = named_body(raw, "bench-hotpath")
 
     with redis_server() as server:
         print(

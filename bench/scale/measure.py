@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.bodies import request_body
+from bench.bodies import named_body, request_body
 from bench.drivers import run_wrk
 from bench.overhead.targets import LITELLM_VENV
 from bench.processes import ROOT, Server, pinned
@@ -51,20 +51,6 @@ class Outcome:
 
 
 # -- the count check --------------------------------------------------------------------------
-
-
-BENCH_SESSION = "bench-scale"
-
-
-def named_body(body: bytes) -> bytes:
-    """The chat body naming its session (`metadata.session_id`, as a client that keeps one
-    sends it; wrk, the open-loop generator and LiteLLM all pass the body on unchanged): every
-    request is in one session and the store does its per-request work (the gate, the counts),
-    without the conversation lookup a request that names no session adds (README, "A request
-    that names no session")."""
-    parsed = orjson.loads(body)
-    parsed["metadata"] = {**parsed.get("metadata", {}), "session_id": BENCH_SESSION}
-    return orjson.dumps(parsed)
 
 
 def session_of(server: Server, body: bytes) -> str:
@@ -315,7 +301,7 @@ def measure(args: argparse.Namespace, roles: Roles, workdir: Path) -> list[Outco
     """Every point of the run, in order."""
     litellm = (LITELLM_VENV / "bin" / "litellm").exists() and not args.quick
     points = points_of(roles, args.stores, litellm, args.quick)
-    body = named_body(request_body())
+    body = named_body(request_body(), "bench-scale")
     (workdir / "chat.json").write_bytes(body)
     redis = Redis(roles, workdir) if "redis" in args.stores else None
     outcomes = []
